@@ -1,0 +1,92 @@
+"""The `mmprof` command line. Thin: parse options, call the library, render, map errors to exit codes.
+
+Each command lives in its own module and is imported only when it runs, so `mmprof diff` on a saved
+profile never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from mmprof import __version__
+
+# name -> (module, function, one-line help). The help lives here so `mmprof --help` imports nothing.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "demo": ("mmprof.cli.demo", "demo", "The whole story on the embedded default (tiny M3, CPU) in about a minute."),
+    "run": ("mmprof.cli.run", "run", "Run the reference MiniMax M3 runtime under capture and write a Profile."),
+    "record": ("mmprof.cli.record", "record", "Wrap any PyTorch command and capture every rank: mmprof record -- CMD."),
+    "import": ("mmprof.cli.import_", "import_cmd", "Turn profiler output (Kineto, rocprofv3, nsys) into a Profile."),
+    "summary": ("mmprof.cli.summary", "summary", "Per-rank wall span, GPU busy/idle, top kernels, ops and streams."),
+    "shapes": ("mmprof.cli.shapes", "shapes", "Per-rank tensor shapes after TP/EP sharding, with findings."),
+    "verify-fastpath": ("mmprof.cli.verify", "verify_fastpath", "Check which kernel variants dispatched against a spec (CI gate)."),
+    "report": ("mmprof.cli.report", "report", "Bottleneck breakdown and the four checks for one profile."),
+    "diff": ("mmprof.cli.diff", "diff", "Where the time went before and after, and where the bottleneck moved."),
+    "classify": ("mmprof.cli.classify", "classify", "Kernel name -> family, variant, library and path, with coverage."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name in COMMANDS if _available(name)]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS or not _available(name):
+            return None
+        module, attr, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _available(name: str) -> bool:
+    return importlib.util.find_spec(COMMANDS[name][0]) is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="mmprof")
+@click.option("--debug", is_flag=True, envvar="MMPROF_DEBUG", help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """mmprof: profile and verify LLM inference runs of MiniMax M3 (and MoE + sparse-attention models).
+
+    Exit codes: 0 all good, 1 a check found violations, 2 bad usage, bad input or no evidence.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the click app and turn MmprofErrors into one line on stderr plus an exit code."""
+    from mmprof.errors import MmprofError
+
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args or bool(__import__("os").environ.get("MMPROF_DEBUG"))
+    try:
+        rc = cli.main(args=args, prog_name="mmprof", standalone_mode=False)
+    except MmprofError as e:
+        if debug:
+            raise
+        click.echo(f"mmprof: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("mmprof: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("mmprof: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    # ctx.exit(code) inside a command comes back here as its return value.
+    sys.exit(rc if isinstance(rc, int) else 0)

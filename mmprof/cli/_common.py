@@ -1,0 +1,44 @@
+"""Helpers shared by the commands: consoles, JSON output, common options."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+import orjson
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def echo_json(obj: Any) -> None:
+    """Print one JSON document on stdout (numpy values allowed)."""
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+                                  | orjson.OPT_NON_STR_KEYS, default=_default).decode())
+    sys.stdout.write("\n")
+
+
+def _default(o: Any) -> Any:
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if hasattr(o, "__dataclass_fields__"):
+        import dataclasses
+
+        return dataclasses.asdict(o)
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    raise TypeError(f"cannot serialise {type(o).__name__}")
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of tables.")
+
+
+def load_profile_arg(path: str):
+    """Load a Profile given on the command line (errors become one-line MmprofErrors)."""
+    from mmprof.profiles import load_profile
+
+    return load_profile(path)

@@ -1,0 +1,152 @@
+"""Importers: other tools' files -> Profile. The format is recognised from content, not from the name.
+
+Each importer module exposes `load(files: list[Path], rank: int | None) -> Profile`.
+`import_paths` expands directories, detects each file's format, imports each group and merges them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sqlite3
+from pathlib import Path
+
+from mmprof.errors import BadInput, UnsupportedFormat
+from mmprof.fileio import head_bytes
+from mmprof.profiles.model import Profile, merge_profiles
+
+# format name -> module implementing load(files, rank)
+IMPORTERS: dict[str, str] = {
+    "kineto": "mmprof.importers.kineto",
+    "rocpd": "mmprof.importers.rocpd",
+    "rocprofv3-csv": "mmprof.importers.rocprofv3_csv",
+    "rocprofv3-json": "mmprof.importers.rocprofv3_json",
+    "nsys-sqlite": "mmprof.importers.nsys",
+    "mmprof-profile": "mmprof.profiles.io",
+}
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def sqlite_tables(path: Path) -> set[str]:
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+        try:
+            rows = con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        raise BadInput(f"{path}: SQLite file cannot be read ({e})") from e
+    return {r[0] for r in rows}
+
+
+def detect(path: str | os.PathLike) -> str:
+    """The format name of one file, or a BadInput/UnsupportedFormat naming what it is instead."""
+    p = Path(path)
+    if not p.exists():
+        raise BadInput(f"{p}: no such file or directory")
+    if p.stat().st_size == 0:
+        raise BadInput(f"{p}: empty file")
+    head = head_bytes(p, 65536)
+    if head.startswith(SQLITE_MAGIC):
+        return _detect_sqlite(p)
+    text = head.lstrip()
+    if text[:1] in (b"{", b"["):
+        return _detect_json(p, text)
+    first_line = text.split(b"\n", 1)[0]
+    if b"," in first_line and (b"Kernel_Name" in first_line or b"Start_Timestamp" in first_line
+                               or b"Function" in first_line or b"Direction" in first_line):
+        return "rocprofv3-csv"
+    if b"Name" in first_line and b"Calls" in first_line and b"TotalDurationNs" in first_line:
+        raise UnsupportedFormat(f"{p}: a rocprof statistics summary (per-kernel totals, no timeline); "
+                                "import the kernel trace instead")
+    raise BadInput(f"{p}: not a recognised profiler file (expected a PyTorch/Kineto trace, rocprofv3 "
+                   "rocpd/CSV/JSON, or an Nsight Systems SQLite export)")
+
+
+def _detect_sqlite(p: Path) -> str:
+    tables = sqlite_tables(p)
+    if "rocpd_metadata" in tables or any(t.startswith("rocpd_metadata_") for t in tables):
+        return "rocpd"
+    if "StringIds" in tables and any(t.startswith("CUPTI_ACTIVITY_KIND_") or t == "TARGET_INFO_GPU" for t in tables):
+        return "nsys-sqlite"
+    if "StringIds" in tables:
+        return "nsys-sqlite"
+    if {"KERN", "HIP"} & tables or {"OPS", "COPY"} & tables:
+        raise UnsupportedFormat(f"{p}: a legacy rocprof (v1/v2) results.db; mmprof reads rocprofv3 output: "
+                                "re-run with `rocprofv3 --kernel-trace --hip-trace` (rocpd is the default from ROCm 7.0)")
+    if any(t.startswith("rocpd_") for t in tables) or "rocpd_api" in tables:
+        raise UnsupportedFormat(f"{p}: a database of the older rocmProfileData (RPD) tool, not rocprofv3's rocpd; "
+                                "re-run with rocprofv3 (ROCm >= 7.0) or convert the trace to JSON with RPD's rpd2tracing")
+    raise BadInput(f"{p}: an SQLite database, but neither rocprofv3 rocpd nor an Nsight Systems export")
+
+
+def _detect_json(p: Path, text: bytes) -> str:
+    if b'"rocprofiler-sdk-tool"' in text:
+        return "rocprofv3-json"
+    if b'"format"' in text and b'"mmprof-profile"' in text:
+        return "mmprof-profile"
+    if b'"traceEvents"' in text:
+        # Legacy rocprof v1/v2 writes a Chrome trace whose first event is {} and ts/dur are strings.
+        after = text.split(b'"traceEvents"', 1)[1].lstrip(b": \t\r\n")
+        if after.startswith(b"[") and after[1:].lstrip().startswith(b"{}"):
+            raise UnsupportedFormat(f"{p}: a legacy rocprof (v1/v2) results.json; mmprof reads rocprofv3 "
+                                    "output: re-run with rocprofv3 (rocpd is the default from ROCm 7.0)")
+        return "kineto"
+    if text.startswith(b"["):
+        # A bare Chrome-trace event array (JSON Array Format) is also a Kineto-style trace.
+        return "kineto"
+    # The key may sit after a large header (deviceProperties etc.); the kineto importer validates fully.
+    return "kineto"
+
+
+def expand(paths: list[str | os.PathLike]) -> list[Path]:
+    """Files from the given paths; a directory contributes every file in it that looks like a trace."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and _looks_like_trace(f))
+            if not found:
+                raise BadInput(f"{p}: directory holds no profiler traces (.json, .json.gz, .db, .sqlite, .csv)")
+            out.extend(found)
+        elif not p.exists():
+            raise BadInput(f"{p}: no such file or directory")
+        else:
+            out.append(p)
+    if not out:
+        raise BadInput("no input files given")
+    return out
+
+
+def _looks_like_trace(f: Path) -> bool:
+    name = f.name.lower()
+    if name.startswith("."):
+        return False
+    return name.endswith((".json", ".json.gz", ".db", ".sqlite", ".sqlite3", ".rpd", ".csv", ".pt.trace.json"))
+
+
+def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: str | None = None) -> Profile:
+    """Import files and directories into one Profile (several files become one multi-rank profile)."""
+    files = expand(paths)
+    groups: dict[str, list[Path]] = {}
+    for f in files:
+        try:
+            kind = fmt or detect(f)
+        except UnsupportedFormat:
+            if len(files) == 1 or not Path(paths[0]).is_dir():
+                raise
+            continue  # inside a directory, skip side files (e.g. a stats CSV) that are not timelines
+        groups.setdefault(kind, []).append(f)
+    if not groups:
+        raise BadInput(f"{', '.join(map(str, paths))}: no importable traces found")
+    profiles = []
+    for kind, group in groups.items():
+        if kind not in IMPORTERS:
+            raise BadInput(f"unknown format {kind!r}; formats are {', '.join(IMPORTERS)}")
+        module = importlib.import_module(IMPORTERS[kind])
+        if kind == "mmprof-profile":
+            profiles.extend(module.load_profile(f) for f in group)
+        else:
+            profiles.append(module.load(group, rank=rank))
+    return merge_profiles(profiles) if len(profiles) > 1 else profiles[0]

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+SAMPLES = ROOT.parent / "shared" / "samples"
+
+
+def data_file(*parts: str) -> Path:
+    """A fixture under tests/data/; fails loudly when missing (never skips)."""
+    p = DATA.joinpath(*parts)
+    if not p.exists():
+        raise FileNotFoundError(f"test fixture missing: {p}")
+    return p
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except Exception:
+        has_gpu = False
+    if has_gpu or os.environ.get("MMPROF_GPU_TESTS"):
+        return
+    skip = pytest.mark.skip(reason="needs a GPU (marked gpu); run on a GPU machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

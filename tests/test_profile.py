@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from mmprof.errors import BadInput, SchemaError
+from mmprof.profiles import Profile, ProfileBuilder, load_profile, merge_profiles, save_profile
+from mmprof.profiles.schema import SCHEMA_VERSION, TABLES, json_schema
+from tests.conftest import ROOT
+
+
+def _small(rank: int = 0) -> Profile:
+    b = ProfileBuilder({"source": {"format": "test", "files": []}, "ranks": [{"rank": rank, "devices": []}]})
+    op = b.row("ops", rank=rank, tid=1, start_ns=0, dur_ns=100, name="aten::mm", input_dims="[[8, 64], [64, 32]]")
+    ln = b.row("launches", rank=rank, tid=1, start_ns=10, dur_ns=5, name="cudaLaunchKernel", correlation=7, op=op)
+    b.row("kernels", rank=rank, device=0, stream=7, start_ns=50, dur_ns=20, name="sm90_gemm", correlation=7,
+          launch=ln, op=op, scope="layers.3.moe.routed", phase="decode", step=1)
+    b.row("kernels", rank=rank, device=0, stream=7, start_ns=80, dur_ns=3, name="elementwise", phase=None)
+    return b.build()
+
+
+def test_builder_and_dataframe():
+    p = _small()
+    assert p.n("kernels") == 2 and p.n("ops") == 1
+    df = p.df("kernels")
+    assert list(df["name"]) == ["sm90_gemm", "elementwise"]
+    assert df["phase"].isna().tolist() == [False, True]
+    assert df["op"].tolist() == [0, -1]
+    ops = p.df("ops")
+    assert ops.loc[df["op"][0], "input_dims"] == "[[8, 64], [64, 32]]"
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_round_trip(tmp_path, suffix):
+    p = _small()
+    path = save_profile(p, tmp_path / f"p{suffix}")
+    if suffix.endswith(".gz"):
+        assert path.read_bytes()[:2] == b"\x1f\x8b"
+    q = load_profile(path)
+    for t in TABLES:
+        for c in p.tables[t]:
+            np.testing.assert_array_equal(p.tables[t][c], q.tables[t][c])
+    assert q.strings == p.strings
+    assert q.meta["mmprof_version"]
+
+
+def test_atomic_write_leaves_no_temp(tmp_path):
+    save_profile(_small(), tmp_path / "p.json")
+    assert [f.name for f in tmp_path.iterdir()] == ["p.json"]
+
+
+def test_newer_schema_refused(tmp_path):
+    path = save_profile(_small(), tmp_path / "p.json")
+    doc = json.loads(path.read_text())
+    doc["schema_version"] = SCHEMA_VERSION + 1
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SchemaError, match="newer"):
+        load_profile(path)
+
+
+def test_unknown_schema_refused(tmp_path):
+    path = save_profile(_small(), tmp_path / "p.json")
+    doc = json.loads(path.read_text())
+    doc["schema_version"] = 0
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SchemaError, match="unknown profile schema version 0"):
+        load_profile(path)
+
+
+def test_not_a_profile(tmp_path):
+    (tmp_path / "t.json").write_text('{"traceEvents": []}')
+    with pytest.raises(BadInput, match="mmprof import"):
+        load_profile(tmp_path / "t.json")
+    (tmp_path / "x.json").write_text("[1, 2")
+    with pytest.raises(BadInput, match="not valid JSON"):
+        load_profile(tmp_path / "x.json")
+
+
+def test_truncated_gzip(tmp_path):
+    data = gzip.compress(b'{"format": "mmprof-profile"}' * 100)
+    (tmp_path / "p.json.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(BadInput, match="truncated or corrupt gzip"):
+        load_profile(tmp_path / "p.json.gz")
+
+
+def test_merge_offsets_refs_and_strings():
+    a, b = _small(0), _small(1)
+    m = merge_profiles([a, b])
+    assert m.n("kernels") == 4
+    assert m.tables["kernels"]["op"].tolist() == [0, -1, 1, -1]
+    assert m.tables["kernels"]["launch"].tolist() == [0, -1, 1, -1]
+    assert [r["rank"] for r in m.meta["ranks"]] == [0, 1]
+    assert m.df("kernels")["name"].tolist() == ["sm90_gemm", "elementwise"] * 2
+
+
+def test_json_schema_in_sync_and_validates(tmp_path):
+    import jsonschema
+
+    checked_in = json.loads((ROOT / "mmprof" / "profiles" / "profile.schema.json").read_text())
+    assert checked_in == json_schema(), "run `python -m mmprof.profiles.gen_schema` to regenerate"
+    path = save_profile(_small(), tmp_path / "p.json")
+    jsonschema.validate(json.loads(path.read_text()), checked_in)
