@@ -57,6 +57,9 @@ def detect(path: str | os.PathLike) -> str:
     if b"," in first_line and (b"Kernel_Name" in first_line or b"Start_Timestamp" in first_line
                                or b"Function" in first_line or b"Direction" in first_line):
         return "rocprofv3-csv"
+    if b"," in first_line and b"Node_Id" in first_line and (b"Agent_Type" in first_line or b"Product_Name" in first_line):
+        raise UnsupportedFormat(f"{p}: a rocprofv3 agent_info.csv (device list, no timeline); it is read "
+                                "together with the kernel_trace.csv beside it")
     if b"Name" in first_line and b"Calls" in first_line and b"TotalDurationNs" in first_line:
         raise UnsupportedFormat(f"{p}: a rocprof statistics summary (per-kernel totals, no timeline); "
                                 "import the kernel trace instead")
@@ -66,6 +69,12 @@ def detect(path: str | os.PathLike) -> str:
 
 def _detect_sqlite(p: Path) -> str:
     tables = sqlite_tables(p)
+    # The older rocmProfileData (RPD) tool also writes rocpd_metadata/rocpd_string, but its timeline lives in
+    # rocpd_api/rocpd_op; rocprofv3's rocpd has rocpd_region/rocpd_kernel_dispatch (often UUID-suffixed).
+    if ({"rocpd_api", "rocpd_op"} & tables) and not any(t.startswith(("rocpd_region", "rocpd_kernel_dispatch"))
+                                                       for t in tables):
+        raise UnsupportedFormat(f"{p}: a database of the older rocmProfileData (RPD) tool, not rocprofv3's rocpd; "
+                                "re-run with rocprofv3 (ROCm >= 7.0) or convert the trace to JSON with RPD's rpd2tracing")
     if "rocpd_metadata" in tables or any(t.startswith("rocpd_metadata_") for t in tables):
         return "rocpd"
     if "StringIds" in tables and any(t.startswith("CUPTI_ACTIVITY_KIND_") or t == "TARGET_INFO_GPU" for t in tables):

@@ -1,0 +1,293 @@
+"""Nsight Systems SQLite export (`nsys export --type sqlite`) -> Profile.
+
+- Names are ids into `StringIds`; kernels prefer demangledName, then shortName, then mangledName.
+- Runtime API names lose their `_v\\d+` version suffix (`cudaLaunchKernel_v7000` -> `cudaLaunchKernel`).
+  Rows of the CUDA *backtrace* event class (67; nsys repeats each call with a backtrace) are dropped.
+- Any table may be missing (exports are lazy): each absence just leaves that Profile table empty.
+- `globalTid` / `globalPid` pack the OS pid and tid: pid = (g >> 24) & 0xFFFFFF, tid = g & 0xFFFFFF.
+- Kernel/copy <-> runtime call through `correlationId` within one process.
+- One rank per process that did GPU work; a report holding several processes gives several ranks.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from mmprof.errors import BadInput
+from mmprof.importers._devices import describe_device
+from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta, extend,
+                                        rank_from_env, rank_from_name)
+from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
+
+_VSUFFIX = re.compile(r"_v\d+$")
+_LAUNCH_API = re.compile(r"(Launch|Memcpy|Memset|GraphLaunch)", re.IGNORECASE)
+_MASK = 0xFFFFFF
+_COPY_KIND = {0: None, 1: "HtoD", 2: "DtoH", 3: "HtoD", 4: "DtoH", 5: "DtoD", 6: "DtoD", 7: "DtoD", 8: "DtoD",
+              9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
+_ENUM_DIR = {"HTOD": "HtoD", "DTOH": "DtoH", "HTOA": "HtoD", "ATOH": "DtoH", "ATOA": "DtoD", "ATOD": "DtoD",
+             "DTOA": "DtoD", "DTOD": "DtoD", "HTOH": "HtoH", "PTOP": "PtoP"}
+_RANK_TEXT = re.compile(r"\brank\s*[#:=]?\s*(\d+)", re.IGNORECASE)
+
+
+class _Db:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+            rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
+        except sqlite3.DatabaseError as e:
+            raise BadInput(f"{path}: SQLite file cannot be read ({e})") from e
+        self.tables = {r[0] for r in rows}
+        self._cols: dict[str, set[str]] = {}
+
+    def has(self, t: str) -> bool:
+        return t in self.tables
+
+    def cols(self, t: str) -> set[str]:
+        if t not in self._cols:
+            self._cols[t] = {r[1] for r in self.con.execute(f'PRAGMA table_info("{t}")')} if t in self.tables else set()
+        return self._cols[t]
+
+    def q(self, sql: str) -> list[tuple]:
+        return self.con.execute(sql).fetchall()
+
+    def sel(self, t: str, alias: str, cols: list[str]) -> str:
+        have = self.cols(t)
+        return ", ".join(f'{alias}."{c}"' if c in have else "NULL" for c in cols)
+
+    def name_expr(self, t: str, alias: str, cols: list[str]) -> tuple[str, str]:
+        """SELECT expression for the first available StringIds-backed name column, plus its joins."""
+        joins, exprs = [], []
+        for i, c in enumerate(cols):
+            if c in self.cols(t):
+                if self.has("StringIds"):
+                    joins.append(f'LEFT JOIN StringIds s{i} ON s{i}.id = {alias}."{c}"')
+                    exprs.append(f"s{i}.value")
+        if not exprs:
+            return "NULL", ""
+        return (f"COALESCE({', '.join(exprs)})" if len(exprs) > 1 else exprs[0]), " ".join(joins)
+
+
+def _meta_kv(db: _Db, table: str) -> list[tuple[str, str]]:
+    if not db.has(table) or not {"name", "value"} <= db.cols(table):
+        return []
+    return [(str(k), str(v)) for k, v in db.q(f'SELECT name, value FROM "{table}"')]
+
+
+def _capture_env(db: _Db) -> dict[str, str]:
+    env = {}
+    for k, v in _meta_kv(db, "META_DATA_CAPTURE"):
+        if k.endswith("ENVIRONMENT_VARIABLE") and "=" in v:
+            key, val = v.split("=", 1)
+            env[key.strip()] = val.strip().strip('"')
+    return env
+
+
+def _command(db: _Db) -> list[str] | None:
+    kv = _meta_kv(db, "META_DATA_CAPTURE")
+    cmd = [v for k, v in kv if k == "PROCESS_0:COMMAND"]
+    args = sorted(((int(k.rsplit("_", 1)[1]), v) for k, v in kv
+                   if re.match(r"PROCESS_0:ARGUMENT_\d+$", k)), key=lambda t: t[0])
+    return (cmd + [v for _, v in args]) if cmd else None
+
+
+def _tool(db: _Db) -> str:
+    kv = dict(_meta_kv(db, "META_DATA_EXPORT") or _meta_kv(db, "EXPORT_META_DATA"))
+    ver = kv.get("EXPORT_PRODUCT_VERSION") or kv.get("PRODUCT_VERSION")
+    schema = kv.get("EXPORT_SCHEMA_VERSION")
+    out = "Nsight Systems"
+    if ver:
+        out += f" {ver}"
+    if schema:
+        out += f" (export schema {schema})"
+    return out
+
+
+def _enum_ids(db: _Db, table: str) -> dict[str, int]:
+    if not db.has(table) or not {"id", "name"} <= db.cols(table):
+        return {}
+    return {str(n): int(i) for i, n in db.q(f'SELECT id, name FROM "{table}"')}
+
+
+def _devices(db: _Db) -> list[dict[str, Any]]:
+    if not db.has("TARGET_INFO_GPU"):
+        return []
+    cols = db.sel("TARGET_INFO_GPU", "g", ["id", "name", "totalMemory", "smCount", "computeMajor", "computeMinor"])
+    rows = db.q(f"SELECT {cols} FROM TARGET_INFO_GPU g")
+    out = {}
+    for gid, name, mem, sms, major, minor in rows:
+        arch = (major, minor) if major is not None and minor is not None else None
+        out[gid if gid is not None else len(out)] = {"index": gid if gid is not None else len(out),
+                                                     **describe_device(name=name, arch=arch, vendor="nvidia", cus=sms,
+                                                                       memory_bytes=mem)}
+    return [out[k] for k in sorted(out)]
+
+
+def _rank_hint(db: _Db, pid: int, single: bool) -> int | None:
+    """Rank of one process: capture environment (launched process only), NVTX/thread names, file name."""
+    if single:
+        r = rank_from_env(_capture_env(db))
+        if r is not None:
+            return r
+    texts: list[str] = []
+    if db.has("NVTX_EVENTS") and "text" in db.cols("NVTX_EVENTS"):
+        texts += [t for (t,) in db.q(f"SELECT text FROM NVTX_EVENTS WHERE eventType = 39 AND text IS NOT NULL "
+                                     f"AND ((globalTid >> 24) & {_MASK}) = {int(pid)}")]
+    for t in texts:
+        m = _RANK_TEXT.search(t)
+        if m:
+            return int(m.group(1))
+    return rank_from_name(db.path) if single else None
+
+
+def _gpu_pids(db: _Db) -> list[int]:
+    pids: set[int] = set()
+    for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        if db.has(t) and "globalPid" in db.cols(t):
+            pids.update(p for (p,) in db.q(f'SELECT DISTINCT ((globalPid >> 24) & {_MASK}) FROM "{t}"'))
+    if not pids and db.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        pids.update(p for (p,) in db.q(f"SELECT DISTINCT ((globalTid >> 24) & {_MASK}) "
+                                       "FROM CUPTI_ACTIVITY_KIND_RUNTIME"))
+    return sorted(pids)
+
+
+def _import_process(db: _Db, pid: int, rank: int, b: ProfileBuilder) -> list[str]:
+    warnings: list[str] = []
+    in_pid = f"((globalTid >> 24) & {_MASK}) = {int(pid)}"
+    # ---- NVTX ranges -> scopes ------------------------------------------------------------------------
+    nest = None
+    if db.has("NVTX_EVENTS"):
+        types = _enum_ids(db, "ENUM_NSYS_EVENT_TYPE")
+        rng = [types.get("NvtxPushPopRange", 59), types.get("NvtxStartEndRange", 60)]
+        mark = types.get("NvtxMark", 34)
+        cols = db.cols("NVTX_EVENTS")
+        text = "n.text" if "text" in cols else "NULL"
+        if "textId" in cols and db.has("StringIds"):
+            text = f"COALESCE({text}, st.value)"
+            join = "LEFT JOIN StringIds st ON st.id = n.textId"
+        else:
+            join = ""
+        rows = db.q(f'SELECT (n.globalTid & {_MASK}), n.start, n."end", {text} FROM NVTX_EVENTS n {join} '
+                    f'WHERE n.eventType IN ({rng[0]}, {rng[1]}, {mark}) '
+                    f'AND ((n.globalTid >> 24) & {_MASK}) = {int(pid)} '
+                    f'ORDER BY n.start')
+        if rows:
+            nest = add_scopes(b, rank, [r[0] for r in rows], [r[1] for r in rows],
+                              [r[2] if r[2] is not None else r[1] for r in rows], [r[3] or "" for r in rows], "nvtx")
+
+    # ---- runtime / driver calls -----------------------------------------------------------------------
+    run: list[tuple] = []
+    if db.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        classes = _enum_ids(db, "ENUM_NSYS_EVENT_CLASS")
+        bt = classes.get("TRACE_PROCESS_EVENT_CUDABACKTRACE", 67)
+        name, join = db.name_expr("CUPTI_ACTIVITY_KIND_RUNTIME", "r", ["nameId"])
+        cls = "r.eventClass" if "eventClass" in db.cols("CUPTI_ACTIVITY_KIND_RUNTIME") else "0"
+        run = db.q(f'SELECT (r.globalTid & {_MASK}), r.start, r."end", r.correlationId, {name}, {cls} '
+                   f'FROM CUPTI_ACTIVITY_KIND_RUNTIME r {join} WHERE {in_pid.replace("globalTid", "r.globalTid")} '
+                   f'AND {cls} != {bt} ORDER BY r.start')
+    by_corr: dict[int, int] = {}
+    for i, r in enumerate(run):
+        if r[3] is not None and r[3] not in by_corr:
+            by_corr[r[3]] = i
+
+    def gpu_rows(table: str, extra: list[str], names: list[str] | None) -> list[tuple]:
+        if not db.has(table):
+            return []
+        cols = db.cols(table)
+        where = f"((t.globalPid >> 24) & {_MASK}) = {int(pid)}" if "globalPid" in cols else "1"
+        name, join = db.name_expr(table, "t", names) if names else ("NULL", "")
+        base = db.sel(table, "t", ["start", "end", "deviceId", "streamId", "correlationId"])
+        ext = (", " + db.sel(table, "t", extra)) if extra else ""
+        return db.q(f'SELECT {base}, {name}{ext} FROM "{table}" t {join} WHERE {where} ORDER BY t.start')
+
+    k_rows = gpu_rows("CUPTI_ACTIVITY_KIND_KERNEL", ["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"],
+                      ["demangledName", "shortName", "mangledName"])
+    c_rows = gpu_rows("CUPTI_ACTIVITY_KIND_MEMCPY", ["bytes", "copyKind"], None)
+    s_rows = gpu_rows("CUPTI_ACTIVITY_KIND_MEMSET", ["bytes"], None)
+
+    used = {by_corr[r[4]] for rows in (k_rows, c_rows, s_rows) for r in rows if r[4] in by_corr}
+    launch_like = {n: bool(_LAUNCH_API.search(n or "")) for n in {r[4] for r in run}}
+    keep = [i for i, r in enumerate(run) if i in used or launch_like[r[4]]]
+    first = b.n("launches")
+    row_of = {i: first + j for j, i in enumerate(keep)}
+    extend(b, "launches", len(keep), rank=[rank] * len(keep), tid=[run[i][0] for i in keep],
+           start_ns=[run[i][1] for i in keep], dur_ns=[run[i][2] - run[i][1] for i in keep],
+           name=[_VSUFFIX.sub("", run[i][4]) if run[i][4] else None for i in keep],
+           correlation=[run[i][3] for i in keep])
+
+    def link(rows: list[tuple]) -> tuple[list[int], list[str | None], list[str | None], list[str | None], list[int]]:
+        launch = [row_of.get(by_corr.get(r[4], -1), -1) for r in rows]
+        tids = [run[by_corr[r[4]]][0] if r[4] in by_corr else -1 for r in rows]
+        starts = [run[by_corr[r[4]]][1] if r[4] in by_corr else -1 for r in rows]
+        return (launch, *attribute(nest, tids, starts))
+
+    nk = len(k_rows)
+    if nk:
+        launch, scope, path, phase, step = link(k_rows)
+        missing = sum(1 for x in launch if x < 0)
+        if missing and run:
+            warnings.append(f"rank {rank}: {missing} of {nk} kernels have no matching runtime call")
+        extend(b, "kernels", nk, rank=[rank] * nk, device=[r[2] for r in k_rows], stream=[r[3] for r in k_rows],
+               start_ns=[r[0] for r in k_rows], dur_ns=[r[1] - r[0] for r in k_rows],
+               name=[r[5] or "<unknown kernel>" for r in k_rows],
+               grid_x=[r[6] for r in k_rows], grid_y=[r[7] for r in k_rows], grid_z=[r[8] for r in k_rows],
+               block_x=[r[9] for r in k_rows], block_y=[r[10] for r in k_rows], block_z=[r[11] for r in k_rows],
+               correlation=[r[4] for r in k_rows], launch=launch, scope=scope, scope_path=path, phase=phase,
+               step=step)
+        add_comm_kernels(b, b.n("kernels") - nk, nk)
+
+    kinds = {}
+    enum = _enum_ids(db, "ENUM_CUDA_MEMCPY_OPER")
+    for name, i in enum.items():
+        kinds[i] = _ENUM_DIR.get(name.rsplit("_", 1)[-1].upper())
+    for rows, kind in ((c_rows, "memcpy"), (s_rows, "memset")):
+        n = len(rows)
+        if not n:
+            continue
+        launch, scope, _path, phase, step = link(rows)
+        if kind == "memcpy":
+            dirs = [(kinds.get(r[7]) if enum else _COPY_KIND.get(r[7])) for r in rows]
+            names = [f"Memcpy {d}" if d else "Memcpy" for d in dirs]
+        else:
+            dirs = [None] * n
+            names = ["Memset"] * n
+        extend(b, "memcpy", n, rank=[rank] * n, device=[r[2] for r in rows], stream=[r[3] for r in rows],
+               start_ns=[r[0] for r in rows], dur_ns=[r[1] - r[0] for r in rows], kind=[kind] * n, direction=dirs,
+               bytes=[r[6] for r in rows], name=names, correlation=[r[4] for r in rows], launch=launch, scope=scope,
+               phase=phase, step=step)
+    return warnings
+
+
+def load(files: list[Path], rank: int | None = None) -> Profile:
+    """Import nsys SQLite exports: one rank per process with GPU work, merged into one Profile."""
+    units = []
+    for f in files:
+        db = _Db(Path(f))
+        if not db.has("StringIds"):
+            raise BadInput(f"{f}: not an Nsight Systems SQLite export (no StringIds table)")
+        pids = _gpu_pids(db)
+        if not pids:
+            raise BadInput(f"{f}: the nsys export holds no CUDA kernels, copies or runtime calls "
+                           "(was it captured with -t cuda, and exported without EXPORT_PARAM_LAZY filters?)")
+        for pid in pids:
+            label = str(f) if len(pids) == 1 else f"{f} (pid {pid})"
+            units.append({"db": db, "pid": pid, "hint": _rank_hint(db, pid, len(pids) == 1), "label": label})
+    ranks, warnings = assign_ranks([(u["label"], u["hint"]) for u in units], rank, "nsys")
+    profiles = []
+    for u, r in zip(units, ranks):
+        db = u["db"]
+        b = ProfileBuilder(base_meta("nsys-sqlite", [db.path], _tool(db)))
+        w = _import_process(db, u["pid"], r, b)
+        host = dict(_meta_kv(db, "META_DATA_CAPTURE")).get("DEVICE_DISPLAY_NAME")
+        b.meta["ranks"] = [{"rank": r, "host": host, "pid": u["pid"], "file": str(db.path), "devices": _devices(db)}]
+        b.meta["command"] = _command(db)
+        if w:
+            b.meta["warnings"] = w
+        profiles.append(b.build())
+    prof = merge_profiles(profiles) if len(profiles) > 1 else profiles[0]
+    if warnings:
+        prof.meta.setdefault("warnings", []).extend(warnings)
+    return prof

@@ -1,0 +1,362 @@
+"""rocprofv3 CSV output (`--output-format csv`, or `rocpd convert -f csv`) -> Profile.
+
+Columns are resolved by name: kernel_trace.csv has had at least four layouts (ROCm 6.2 without Thread_Id /
+Dispatch_Id, 6.3+ with them, the 19-column docs layout with Stream_Id, ROCm 7 with LDS_Block_Size /
+VGPR columns instead of Private_/Group_Segment_Size, and `rocpd convert` adding a leading `Guid`).
+
+The kernel trace is the anchor; the sibling files of the same run in the same folder (same name with the
+kind token swapped: `<pid>_hip_api_trace.csv`, `_marker_api_trace.csv`, `_memory_copy_trace.csv`,
+`_agent_info.csv`, ...) are read too. In CSV output the Correlation_Id IS the link between an API call and
+the kernel or copy it issued. Grid sizes are in work-items and are converted to workgroups.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from mmprof.errors import BadInput
+from mmprof.importers._devices import describe_device
+from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta,
+                                        collective_name, drop_idle, extend, rank_from_name)
+from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
+
+_KIND_TOKEN = re.compile(
+    r"(kernel_trace|kernel_dispatch|hip_api_trace|hip_runtime_trace|hip_compiler_trace|hip_api|hsa_api_trace|"
+    r"marker_api_trace|marker_api|memory_copy_trace|memory_copy|agent_info|rccl_api_trace|rccl_api|"
+    r"memory_allocation_trace|memory_allocation|scratch_memory_trace|scratch_memory|counter_collection|"
+    r"rocdecode_api_trace|rocjpeg_api_trace|kernel_stats|hip_stats|hsa_stats|memory_copy_stats|marker_api_stats|"
+    r"domain_stats|rccl_stats)")
+_LAUNCH_API = re.compile(r"(Launch|Memcpy|Memset)", re.IGNORECASE)
+_AGENT_NUM = re.compile(r"(-?\d+)\s*$")
+
+
+def _read(path: Path) -> Any:
+    """The CSV as strings. A file cut inside its last row (capture killed) loses that row, with a note."""
+    import io
+
+    import pandas as pd
+
+    opts = dict(dtype=str, keep_default_na=False, na_values=[""])
+    try:
+        df = pd.read_csv(path, **opts)
+    except pd.errors.EmptyDataError as e:
+        raise BadInput(f"{path}: empty CSV file") from e
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{path}: not a text CSV file ({e.reason})") from e
+    except pd.errors.ParserError as e:
+        text = path.read_text(errors="replace")
+        head, _, _last = text.rstrip("\n").rpartition("\n")
+        try:
+            df = pd.read_csv(io.StringIO(head + "\n"), **opts)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError):
+            raise BadInput(f"{path}: malformed CSV ({str(e).splitlines()[0]})") from e
+        df.attrs["cut_rows"] = 1
+    df.columns = [str(c).strip() for c in df.columns]
+    return df
+
+
+def _kind(df: Any) -> str:
+    cols = set(df.columns)
+    if "Kernel_Name" in cols or ({"Kernel_Id", "Grid_Size_X"} <= cols):
+        return "kernel"
+    if "Direction" in cols or ({"Source_Agent_Id", "Destination_Agent_Id"} <= cols):
+        return "memcpy"
+    if {"Domain", "Function", "Start_Timestamp"} <= cols:
+        return "api"
+    if {"Name", "Calls", "TotalDurationNs"} <= cols:
+        return "stats"
+    if "Agent_Type" in cols or ("Node_Id" in cols and "Product_Name" in cols):
+        return "agents"
+    return "other"
+
+
+def _group_key(p: Path) -> tuple[str, str]:
+    return (str(p.resolve().parent), _KIND_TOKEN.sub("", p.name))
+
+
+def _expand(files: list[Path]) -> list[list[Path]]:
+    """Group the given files by run (folder + name without the kind token) and add present siblings."""
+    groups: dict[tuple[str, str], list[Path]] = {}
+    for f in files:
+        groups.setdefault(_group_key(f), [])
+        if f not in groups[_group_key(f)]:
+            groups[_group_key(f)].append(f)
+    for key, members in groups.items():
+        if not any(_KIND_TOKEN.search(m.name) for m in members):
+            continue
+        folder = Path(key[0])
+        for sib in sorted(folder.glob("*.csv")):
+            if _KIND_TOKEN.search(sib.name) and _group_key(sib) == key and sib not in members \
+                    and sib.resolve() not in {m.resolve() for m in members}:
+                members.append(sib)
+    return list(groups.values())
+
+
+def _ints(series: Any) -> list[int]:
+    import pandas as pd
+
+    return pd.to_numeric(series, errors="coerce").fillna(-1).astype("int64").tolist()
+
+
+def _agent_nums(series: Any) -> list[int]:
+    """Agent ids as ints: 4, "Agent 4", "GPU-0" -> 4, 4, 0."""
+    out = []
+    for v in series.tolist():
+        m = _AGENT_NUM.search(str(v)) if v is not None else None
+        out.append(int(m.group(1)) if m else -1)
+    return out
+
+
+def _col(df: Any, *names: str) -> Any:
+    for n in names:
+        if n in df.columns:
+            return df[n]
+    return None
+
+
+def _clean(df: Any, path: Path, warnings: list[str]) -> Any:
+    """Drop rows without valid timestamps (a truncated last line), with a warning; never silently."""
+    import pandas as pd
+
+    start = pd.to_numeric(df.get("Start_Timestamp"), errors="coerce")
+    end = pd.to_numeric(df.get("End_Timestamp"), errors="coerce")
+    ok = start.notna() & end.notna()
+    dropped = int((~ok).sum()) + int(df.attrs.get("cut_rows", 0))
+    if dropped:
+        warnings.append(f"{path.name}: dropped {dropped} incomplete row(s) (truncated file?)")
+    return df[ok].reset_index(drop=True)
+
+
+def _import_group(paths: list[Path], rank: int, b: ProfileBuilder, cache: dict[Path, Any]
+                  ) -> tuple[list[str], list[dict]]:
+    warnings: list[str] = []
+    kernels, apis, copies, agents = [], [], [], []
+    for p in paths:
+        df = cache[p]
+        k = _kind(df)
+        if k == "kernel":
+            kernels.append(_clean(df, p, warnings))
+        elif k == "api":
+            apis.append(_clean(df, p, warnings))
+        elif k == "memcpy":
+            copies.append(_clean(df, p, warnings))
+        elif k == "agents":
+            agents.append(df)
+        elif k == "stats":
+            continue
+        else:
+            warnings.append(f"{p.name}: not a rocprofv3 trace CSV this importer reads; skipped")
+    import pandas as pd
+
+    # ---- agents -> devices ----------------------------------------------------------------------------
+    devices: list[dict] = []
+    agent_index: dict[int, int] = {}
+    agent_type: dict[int, str] = {}
+    for a in agents:
+        node = _ints(_col(a, "Node_Id", "Agent_Id", "Absolute_Index"))
+        type_col = _col(a, "Agent_Type", "Type")
+        typ = [str(t).upper() for t in type_col.tolist()] if type_col is not None else ["GPU"] * len(a)
+        tidx_col = _col(a, "Logical_Node_Type_Id", "Type_Index")
+        tidx = _ints(tidx_col) if tidx_col is not None else None
+        gpu_seen = 0
+        for i, (n, t) in enumerate(zip(node, typ)):
+            is_gpu = "GPU" in t or t == "2"
+            agent_type[n] = "GPU" if is_gpu else "CPU"
+            if is_gpu:
+                idx = tidx[i] if tidx is not None and tidx[i] >= 0 else gpu_seen
+                gpu_seen += 1
+                agent_index[n] = idx
+                name = _col(a, "Product_Name", "Marketing_Name")
+                arch = _col(a, "Name", "Gfx_Target")
+                cus = _col(a, "Cu_Count", "CU_Count")
+                devices.append({"index": idx, **describe_device(
+                    name=name.iloc[i] if name is not None else None, arch=arch.iloc[i] if arch is not None else None,
+                    vendor="amd", cus=int(cus.iloc[i]) if cus is not None and str(cus.iloc[i]).isdigit() else None)})
+
+    def dev(agent_ids: list[int]) -> list[int]:
+        return [agent_index.get(x, x) for x in agent_ids]
+
+    # ---- API calls, markers, RCCL ------------------------------------------------------------------------
+    api = pd.concat(apis, ignore_index=True) if apis else None
+    nest = None
+    launch_by_corr: dict[int, int] = {}
+    launch_tid: list[int] = []
+    launch_start: list[int] = []
+    if api is not None and len(api):
+        domain = api["Domain"].fillna("").astype(str).str.upper()
+        is_marker = domain.str.startswith("MARKER").tolist()
+        is_rccl = domain.str.contains("RCCL|NCCL").tolist()
+        tid = _ints(_col(api, "Thread_Id"))
+        start = _ints(api["Start_Timestamp"])
+        end = _ints(api["End_Timestamp"])
+        corr = _ints(_col(api, "Correlation_Id")) if "Correlation_Id" in api.columns else [-1] * len(api)
+        func = api["Function"].fillna("").astype(str).tolist()
+        mi = [i for i, m in enumerate(is_marker) if m]
+        if mi:
+            nest = add_scopes(b, rank, [tid[i] for i in mi], [start[i] for i in mi], [end[i] for i in mi],
+                              [func[i] for i in mi], "roctx")
+        gpu_corr = set()
+        for df in kernels + copies:
+            if "Correlation_Id" in df.columns:
+                gpu_corr.update(_ints(df["Correlation_Id"]))
+        keep = [i for i in range(len(api)) if not is_marker[i] and not is_rccl[i]
+                and (corr[i] in gpu_corr or _LAUNCH_API.search(func[i]))]
+        first = b.n("launches")
+        extend(b, "launches", len(keep), rank=[rank] * len(keep), tid=[tid[i] for i in keep],
+               start_ns=[start[i] for i in keep], dur_ns=[end[i] - start[i] for i in keep],
+               name=[func[i] for i in keep], correlation=[corr[i] for i in keep])
+        for j, i in enumerate(keep):
+            if corr[i] >= 0:
+                launch_by_corr.setdefault(corr[i], first + j)
+        launch_tid, launch_start = b.cols["launches"]["tid"], b.cols["launches"]["start_ns"]
+        ri = [i for i in range(len(api)) if is_rccl[i] and collective_name(func[i])]
+        if ri:
+            s, _p, ph, st = attribute(nest, [tid[i] for i in ri], [start[i] for i in ri])
+            extend(b, "collectives", len(ri), rank=[rank] * len(ri), start_ns=[start[i] for i in ri],
+                   dur_ns=[end[i] - start[i] for i in ri], name=[collective_name(func[i]) for i in ri],
+                   phase=ph, step=st)
+
+    def link(corr: list[int]) -> tuple[list[int], list, list, list, list]:
+        launch = [launch_by_corr.get(c, -1) for c in corr]
+        s, p, ph, st = attribute(nest, [launch_tid[x] if x >= 0 else -1 for x in launch],
+                                 [launch_start[x] if x >= 0 else -1 for x in launch])
+        return launch, s, p, ph, st
+
+    # ---- kernels ----------------------------------------------------------------------------------------
+    if kernels:
+        k = pd.concat(kernels, ignore_index=True)
+        n = len(k)
+        corr = _ints(k["Correlation_Id"]) if "Correlation_Id" in k.columns else [-1] * n
+        launch, scope, path, phase, step = link(corr)
+        start, end = _ints(k["Start_Timestamp"]), _ints(k["End_Timestamp"])
+        wg = [_ints(_col(k, f"Workgroup_Size_{a}")) if f"Workgroup_Size_{a}" in k.columns else [-1] * n for a in "XYZ"]
+        gr = [_ints(_col(k, f"Grid_Size_{a}")) if f"Grid_Size_{a}" in k.columns else [-1] * n for a in "XYZ"]
+        grid = [[(-(-g // w) if g >= 0 and w > 0 else g) for g, w in zip(gr[a], wg[a])] for a in range(3)]
+        names = k["Kernel_Name"].fillna("").astype(str).tolist() if "Kernel_Name" in k.columns else \
+            [f"kernel_{x}" for x in _ints(k["Kernel_Id"])]
+        stream = _col(k, "Stream_Id", "Queue_Id")
+        first = b.n("kernels")
+        extend(b, "kernels", n, rank=[rank] * n,
+               device=dev(_agent_nums(k["Agent_Id"])) if "Agent_Id" in k.columns else [-1] * n,
+               stream=_ints(stream) if stream is not None else [-1] * n, start_ns=start,
+               dur_ns=[e - s for s, e in zip(start, end)], name=names, grid_x=grid[0], grid_y=grid[1],
+               grid_z=grid[2], block_x=wg[0], block_y=wg[1], block_z=wg[2], correlation=corr, launch=launch,
+               scope=scope, scope_path=path, phase=phase, step=step)
+        if b.n("collectives") == 0:
+            add_comm_kernels(b, first, n)
+        if api is not None and sum(1 for x in launch if x < 0):
+            warnings.append(f"rank {rank}: {sum(1 for x in launch if x < 0)} of {n} kernels have no API call with "
+                            "their Correlation_Id")
+
+    # ---- memory copies ----------------------------------------------------------------------------------
+    if copies:
+        c = pd.concat(copies, ignore_index=True)
+        n = len(c)
+        corr = _ints(c["Correlation_Id"]) if "Correlation_Id" in c.columns else [-1] * n
+        launch, scope, _path, phase, step = link(corr)
+        start, end = _ints(c["Start_Timestamp"]), _ints(c["End_Timestamp"])
+        direction = c["Direction"].fillna("").astype(str).tolist() if "Direction" in c.columns else [""] * n
+        src = _agent_nums(c["Source_Agent_Id"]) if "Source_Agent_Id" in c.columns else [-1] * n
+        dst = _agent_nums(c["Destination_Agent_Id"]) if "Destination_Agent_Id" in c.columns else [-1] * n
+        dirs = [_direction(d) for d in direction]
+        devs = [agent_index.get(s_, s_) if d == "DtoH" else agent_index.get(t, t) for d, s_, t in zip(dirs, src, dst)]
+        size = _col(c, "Size", "Bytes", "Copy_Bytes")
+        extend(b, "memcpy", n, rank=[rank] * n, device=devs,
+               stream=_ints(c["Stream_Id"]) if "Stream_Id" in c.columns else [-1] * n, start_ns=start,
+               dur_ns=[e - s for s, e in zip(start, end)], kind=["memcpy"] * n, direction=dirs,
+               bytes=_ints(size) if size is not None else [-1] * n, name=[d or None for d in direction],
+               correlation=corr, launch=launch, scope=scope, phase=phase, step=step)
+    return warnings, devices
+
+
+def _direction(s: str) -> str | None:
+    u = s.upper()
+    for key, d in (("HOST_TO_DEVICE", "HtoD"), ("DEVICE_TO_HOST", "DtoH"), ("DEVICE_TO_DEVICE", "DtoD"),
+                   ("HOST_TO_HOST", "HtoH"), ("PEER", "PtoP")):
+        if key in u:
+            return d
+    return None
+
+
+_SAME_RUN_NS = 3600 * 10**9  # files of one run lie within an hour of each other on the boot clock
+
+
+def _span(df: Any) -> tuple[int, int] | None:
+    import pandas as pd
+
+    if "Start_Timestamp" not in df.columns or "End_Timestamp" not in df.columns:
+        return None
+    s = pd.to_numeric(df["Start_Timestamp"], errors="coerce").dropna()
+    e = pd.to_numeric(df["End_Timestamp"], errors="coerce").dropna()
+    if s.empty or e.empty:
+        return None
+    return int(s.min()), int(e.max())
+
+
+def _split_runs(groups: list[list[Path]], cache: dict[Path, Any], given: set[Path],
+                warnings: list[str]) -> list[list[Path]]:
+    """Split a name group whose files come from different runs (timestamps far apart) into separate runs.
+
+    Siblings that were not given and belong to another run are left out, with a warning."""
+    out: list[list[Path]] = []
+    for g in groups:
+        spans = {p: _span(cache[p]) for p in g}
+        anchor = next((p for p in g if _kind(cache[p]) == "kernel" and spans[p]), None) or \
+            next((p for p in g if spans[p]), None)
+        if anchor is None:
+            out.append(g)
+            continue
+        a0, a1 = spans[anchor]
+        same, other = [], []
+        for p in g:
+            sp = spans[p]
+            far = sp is not None and (sp[0] > a1 + _SAME_RUN_NS or sp[1] < a0 - _SAME_RUN_NS)
+            (other if far else same).append(p)
+        if any(p in given for p in same):
+            out.append(same)
+        else:
+            names = ", ".join(p.name for p in same)
+            warnings.append(f"{names}: beside the given file(s) but from another run; skipped")
+        for p in other:
+            if p in given:
+                warnings.append(f"{p.name}: its timestamps are far from {anchor.name}'s; imported as a separate run")
+                out.append([p])
+            else:
+                warnings.append(f"{p.name}: beside {anchor.name} but from another run (timestamps far apart); skipped")
+    return out
+
+
+def load(files: list[Path], rank: int | None = None) -> Profile:
+    """Import rocprofv3 CSV files: one rank per run (kernel trace plus its sibling files)."""
+    given = {Path(f).resolve() for f in files}
+    groups = [[p.resolve() for p in g] for g in _expand([Path(f) for f in files])]
+    cache = {p: _read(p) for g in groups for p in g}
+    warnings: list[str] = []
+    groups = _split_runs(groups, cache, given, warnings)
+    units = []
+    for g in groups:
+        hint = next((r for r in (rank_from_name(p) for p in g) if r is not None), None)
+        anchor = next((p for p in g if _kind(cache[p]) == "kernel"), g[0])
+        units.append((str(anchor) if len(g) == 1 else f"{anchor} (+{len(g) - 1} sibling file(s))", hint))
+    work = [any(_kind(cache[p]) in ("kernel", "memcpy") for p in g) for g in groups]
+    paired, idle = drop_idle(list(zip(groups, units)), work, [u[0] for u in units])
+    groups, units = [g for g, _ in paired], [u for _, u in paired]
+    warnings += idle
+    ranks, rank_warnings = assign_ranks(units, rank, "rocprofv3 CSV")
+    warnings += rank_warnings
+    profiles = []
+    for g, r in zip(groups, ranks):
+        b = ProfileBuilder(base_meta("rocprofv3-csv", g, "rocprofv3 (CSV)"))
+        w, devices = _import_group(g, r, b, cache)
+        b.meta["ranks"] = [{"rank": r, "file": str(g[0]), "devices": devices}]
+        if w:
+            b.meta["warnings"] = w
+        profiles.append(b.build())
+    prof = merge_profiles(profiles) if len(profiles) > 1 else profiles[0]
+    if warnings:
+        prof.meta.setdefault("warnings", []).extend(warnings)
+    if not any(prof.n(t) for t in ("kernels", "launches", "memcpy", "scopes")):
+        raise BadInput(f"{', '.join(map(str, files))}: no kernel, API, copy or marker rows in these CSV files")
+    return prof
