@@ -149,13 +149,30 @@ def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: s
         groups.setdefault(kind, []).append(f)
     if not groups:
         raise BadInput(f"{', '.join(map(str, paths))}: no importable traces found")
-    profiles = []
+    profiles: list[Profile] = []
+    kinds: list[str] = []
     for kind, group in groups.items():
         if kind not in IMPORTERS:
             raise BadInput(f"unknown format {kind!r}; formats are {', '.join(IMPORTERS)}")
         module = importlib.import_module(IMPORTERS[kind])
         if kind == "mmprof-profile":
             profiles.extend(module.load_profile(f) for f in group)
+            kinds.extend(f"profile {f}" for f in group)
         else:
             profiles.append(module.load(group, rank=rank))
-    return merge_profiles(profiles) if len(profiles) > 1 else profiles[0]
+            kinds.append(kind)
+    if len(profiles) > 1:
+        _check_rank_collisions(profiles, kinds)
+        return merge_profiles(profiles)
+    return profiles[0]
+
+
+def _check_rank_collisions(profiles: list[Profile], kinds: list[str]) -> None:
+    """Files of different formats merged into one run must not claim the same rank."""
+    owner: dict[int, str] = {}
+    for prof, kind in zip(profiles, kinds):
+        for r in prof.ranks:
+            if r in owner:
+                raise BadInput(f"rank {r} appears in both the {owner[r]} and the {kind} inputs; import them "
+                               "separately, or give each file its own rank (--rank with one file)")
+            owner[r] = kind

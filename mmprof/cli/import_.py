@@ -1,0 +1,57 @@
+"""`mmprof import TRACE... -o OUT`: profiler output (Kineto, rocprofv3, nsys) -> one Profile file."""
+
+from __future__ import annotations
+
+import click
+
+from mmprof.cli._common import console, echo_json, json_option
+
+
+@click.command("import")
+@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
+              help="Profile to write (.json, or .json.gz to compress).")
+@click.option("--rank", type=int, default=None, help="Rank of a single trace that does not say (overrides the file).")
+@click.option("--format", "fmt", default=None,
+              help="Skip content detection: kineto, rocpd, rocprofv3-csv, rocprofv3-json, nsys-sqlite.")
+@json_option
+def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str | None, as_json: bool) -> None:
+    """Import TRACE files or directories (one file per rank) into one Profile written to OUT."""
+    import time
+
+    from mmprof.errors import BadInput
+    from mmprof.importers import IMPORTERS, import_paths
+    from mmprof.profiles import save_profile
+
+    if fmt is not None and fmt not in IMPORTERS:
+        raise BadInput(f"unknown --format {fmt!r}; formats are {', '.join(k for k in IMPORTERS if k != 'mmprof-profile')}")
+    t0 = time.perf_counter()
+    profile = import_paths(list(traces), rank=rank, fmt=fmt)
+    t1 = time.perf_counter()
+    path = save_profile(profile, output)
+    t2 = time.perf_counter()
+    counts = {t: profile.n(t) for t in profile.tables}
+    result = {
+        "output": str(path),
+        "format": profile.meta.get("source", {}).get("format"),
+        "ranks": profile.ranks,
+        "world_size": profile.meta.get("parallel", {}).get("world_size"),
+        "rows": counts,
+        "warnings": profile.meta.get("warnings", []),
+        "import_s": round(t1 - t0, 3),
+        "save_s": round(t2 - t1, 3),
+    }
+    if as_json:
+        echo_json(result)
+        return
+    con = console()
+    ranks = ", ".join(map(str, profile.ranks)) or "none"
+    ws = f" of {result['world_size']}" if result["world_size"] else ""
+    con.print(f"[bold]imported[/] {len(traces)} input(s) as {result['format']}: rank(s) {ranks}{ws}")
+    con.print(f"  kernels {counts['kernels']:,}  ops {counts['ops']:,}  launches {counts['launches']:,}  "
+              f"memcpy {counts['memcpy']:,}  collectives {counts['collectives']:,}  scopes {counts['scopes']:,}")
+    if counts["kernels"] == 0 and counts["memcpy"] == 0:
+        con.print("  [yellow]no GPU events[/] (CPU-only trace)")
+    for w in result["warnings"]:
+        con.print(f"  [yellow]warning:[/] {w}")
+    con.print(f"  wrote {path} ({result['import_s']:.2f}s import, {result['save_s']:.2f}s save)")

@@ -1,0 +1,165 @@
+"""Decoding Chrome-trace JSON (PyTorch profiler / Kineto) fast, into typed msgspec Structs.
+
+Only the fields the importer uses are declared; msgspec skips every other key without building it, which
+is what makes this faster than a generic JSON parse into dicts. Keys with spaces ("External id") are
+mapped by `name=`; shapes ("Input Dims", "Input type") stay `msgspec.Raw` so they can be interned as the
+exact JSON text without re-serialising. Fields whose JSON type varies between builds (pid/tid int or
+string, ROCm's "stream": "0x0", "size": "2560") are unions.
+
+If a file does not fit these types (a tool that writes `ts` as a string, say), `decode` falls back to a
+per-event conversion that keeps every event that fits and counts the rest, so the importer can warn.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+
+from mmprof.errors import BadInput
+
+Num = Union[int, float]
+IntOrStr = Union[int, str]
+
+
+class Args(msgspec.Struct, forbid_unknown_fields=False, gc=False):
+    external_id: Union[int, str, None] = msgspec.field(default=None, name="External id")
+    external_id_old: Union[int, str, None] = msgspec.field(default=None, name="external id")
+    correlation: Union[int, str, None] = None
+    device: Union[int, str, None] = None
+    stream: Union[int, str, None] = None
+    grid: Any = None
+    block: Any = None
+    bytes: Union[int, float, str, None] = None
+    size: Union[int, float, str, None] = None
+    kind: Union[int, str, None] = None
+    kernel: Union[str, None] = None
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    # collective metadata (record_param_comms ops and the NCCL/RCCL kernels they launch)
+    coll_name: Union[str, None] = msgspec.field(default=None, name="Collective name")
+    dtype: Union[str, None] = None
+    in_nelems: Union[int, float, str, None] = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Union[int, float, str, None] = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Union[int, str, None] = msgspec.field(default=None, name="Group size")
+    pg_name: Union[str, int, None] = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: Union[str, None] = msgspec.field(default=None, name="Process Group Description")
+    pg_id: Union[str, int, None] = msgspec.field(default=None, name="Process Group ID")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    # metadata events (ph "M")
+    name: Any = None
+    labels: Any = None
+
+
+class Event(msgspec.Struct, forbid_unknown_fields=False, gc=False):
+    ph: Union[str, None] = None
+    cat: Union[str, None] = None
+    name: Any = None
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    ts: Union[int, float, None] = None
+    dur: Union[int, float, None] = None
+    args: Union[Args, None] = None
+
+
+class Trace(msgspec.Struct, forbid_unknown_fields=False):
+    traceEvents: Union[list[Event], None] = None
+    schemaVersion: Any = None
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    displayTimeUnit: Any = None
+    baseTimeNanoseconds: Any = None
+    traceName: Any = None
+    cupti_version: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    record_shapes: Any = None
+    hip_runtime_version: Any = None
+    roctracer_version: Any = None
+
+
+_TRACE = msgspec.json.Decoder(Trace)
+_EVENTS = msgspec.json.Decoder(list[Event])
+
+
+def decode(data: bytes, where: str) -> tuple[Trace, int]:
+    """Decode a Chrome trace (object with traceEvents, or a bare event array).
+
+    Returns the Trace and the number of events that had to be dropped because they did not fit the types
+    (0 on the fast path). Raises BadInput for anything that is not a trace.
+    """
+    head = data[:64].lstrip()
+    try:
+        if head.startswith(b"["):
+            return Trace(traceEvents=_EVENTS.decode(data)), 0
+        trace = _TRACE.decode(data)
+    except msgspec.ValidationError:
+        return _decode_lenient(data, where)
+    except msgspec.DecodeError as e:
+        raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
+    if trace.traceEvents is None:
+        raise BadInput(f"{where}: a JSON object without \"traceEvents\"; not a PyTorch profiler (Kineto) trace")
+    return trace, 0
+
+
+def _decode_lenient(data: bytes, where: str) -> tuple[Trace, int]:
+    """Slow path: decode generically, then convert event by event, dropping (and counting) misfits."""
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError as e:
+        raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
+    if isinstance(doc, list):
+        raw_events, header = doc, {}
+    elif isinstance(doc, dict):
+        raw_events = doc.get("traceEvents")
+        header = {k: v for k, v in doc.items() if k != "traceEvents"}
+        if not isinstance(raw_events, list):
+            raise BadInput(f"{where}: a JSON object without a \"traceEvents\" list; not a PyTorch profiler (Kineto) trace")
+    else:
+        raise BadInput(f"{where}: JSON {type(doc).__name__}, not a PyTorch profiler (Kineto) trace")
+    events = []
+    bad = 0
+    for e in raw_events:
+        try:
+            events.append(msgspec.convert(e, Event))
+        except msgspec.ValidationError:
+            fixed = _coerce(e)
+            if fixed is None:
+                bad += 1
+            else:
+                events.append(fixed)
+    trace = msgspec.convert({k: v for k, v in header.items() if k in Trace.__struct_fields__}, Trace)
+    trace.traceEvents = events
+    return trace, bad
+
+
+def _coerce(e: Any) -> Event | None:
+    """Rescue an event whose ts/dur are numeric strings (some converters write them so)."""
+    if not isinstance(e, dict):
+        return None
+    e = dict(e)
+    for k in ("ts", "dur"):
+        v = e.get(k)
+        if isinstance(v, str):
+            try:
+                e[k] = float(v)
+            except ValueError:
+                return None
+    args = e.get("args")
+    if args is not None and not isinstance(args, dict):
+        e["args"] = None
+    try:
+        return msgspec.convert(e, Event)
+    except msgspec.ValidationError:
+        if isinstance(args, dict):
+            e["args"] = None  # keep the event itself; its args were unusable
+            try:
+                return msgspec.convert(e, Event)
+            except msgspec.ValidationError:
+                return None
+        return None
+
+
+def _short(e: Exception) -> str:
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return msg[:160]
