@@ -103,3 +103,30 @@ def test_json_schema_in_sync_and_validates(tmp_path):
     assert checked_in == json_schema(), "run `python -m mmprof.profiles.gen_schema` to regenerate"
     path = save_profile(_small(), tmp_path / "p.json")
     jsonschema.validate(json.loads(path.read_text()), checked_in)
+
+
+def test_columns_on_disk_are_base64_and_plain_lists_are_accepted(tmp_path):
+    path = save_profile(_small(), tmp_path / "p.json")
+    doc = json.loads(path.read_text())
+    col = doc["tables"]["kernels"]["columns"]["start_ns"]
+    assert col["dtype"] == "<i8" and isinstance(col["b64"], str)
+    # a hand-written profile with plain JSON lists reads the same
+    for t in doc["tables"].values():
+        t["columns"] = {}
+    doc["tables"]["kernels"] = {"n": 2, "columns": {"start_ns": [5, 7], "name": [0, -1], "dur_ns": [1, 2]}}
+    doc["strings"] = ["k"]
+    path.write_text(json.dumps(doc))
+    q = load_profile(path)
+    assert q.tables["kernels"]["start_ns"].tolist() == [5, 7]
+    assert q.df("kernels")["name"].tolist()[0] == "k"
+    assert q.tables["kernels"]["rank"].tolist() == [-1, -1]  # missing columns are null
+    q.tables["kernels"]["start_ns"][0] = 1  # arrays are writable
+
+
+def test_malformed_column_is_a_schema_error(tmp_path):
+    path = save_profile(_small(), tmp_path / "p.json")
+    doc = json.loads(path.read_text())
+    doc["tables"]["kernels"]["columns"]["start_ns"] = {"dtype": "<i8", "b64": "%%%"}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SchemaError, match="start_ns"):
+        load_profile(path)

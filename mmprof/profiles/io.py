@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as _dt
 import os
 from pathlib import Path
@@ -27,7 +28,8 @@ def to_dict(profile: Profile) -> dict[str, Any]:
     meta.setdefault("clock", {"unit": "ns", "note": "per-rank timeline; not wall clock"})
     tables = {}
     for t, cols in TABLES.items():
-        tables[t] = {"n": profile.n(t), "columns": {c: profile.tables[t][c] for c, _, _ in cols}}
+        tables[t] = {"n": profile.n(t), "columns": {c: encode_column(profile.tables[t][c], column_kind(ct))
+                                                     for c, ct, _ in cols}}
     return {
         "format": FORMAT_NAME,
         "schema_version": SCHEMA_VERSION,
@@ -35,6 +37,35 @@ def to_dict(profile: Profile) -> dict[str, Any]:
         "strings": profile.strings,
         "tables": tables,
     }
+
+
+_WIRE = {"int": "<i8", "str": "<i4", "float": "<f8"}
+
+
+def encode_column(arr: np.ndarray, kind: str) -> dict[str, str]:
+    """A column on disk: its little-endian bytes in base64 (fast to load: no per-number parsing)."""
+    data = np.ascontiguousarray(arr, dtype=_WIRE[kind]).tobytes()
+    return {"dtype": _WIRE[kind], "b64": base64.b64encode(data).decode("ascii")}
+
+
+def decode_column(raw: Any, kind: str, where: str) -> np.ndarray:
+    """Read a column written either as base64 bytes (what mmprof writes) or as a plain JSON list."""
+    if isinstance(raw, dict):
+        if raw.get("dtype") != _WIRE[kind] or not isinstance(raw.get("b64"), str):
+            raise SchemaError(f"{where}: expected dtype {_WIRE[kind]} with base64 data")
+        try:
+            buf = bytearray(base64.b64decode(raw["b64"], validate=True))  # bytearray: a writable array
+            return np.frombuffer(buf, dtype=_WIRE[kind]).astype(_NP_DTYPE[kind], copy=False)
+        except ValueError as e:
+            raise SchemaError(f"{where}: malformed column data ({e})") from e
+    if not isinstance(raw, list):
+        raise SchemaError(f"{where}: a column must be a list or {{dtype, b64}}")
+    try:
+        if kind == "float":
+            return np.array([np.nan if v is None else v for v in raw], dtype=np.float64)
+        return np.asarray(raw, dtype=_NP_DTYPE[kind]).reshape(-1)
+    except (TypeError, ValueError) as e:
+        raise SchemaError(f"{where}: malformed column ({e})") from e
 
 
 def dumps(profile: Profile) -> bytes:
@@ -76,14 +107,7 @@ def from_dict(doc: Any, where: str = "profile") -> Profile:
         for c, ctype, _ in cols:
             kind = column_kind(ctype)
             if c in rc:
-                vals = rc[c]
-                if kind == "float":
-                    arr = np.array([np.nan if v is None else v for v in vals], dtype=np.float64)
-                else:
-                    try:
-                        arr = np.asarray(vals, dtype=_NP_DTYPE[kind])
-                    except (TypeError, ValueError) as e:
-                        raise SchemaError(f"{where}: table {t!r} column {c!r} is malformed ({e})") from e
+                arr = decode_column(rc[c], kind, f"{where}: table {t!r} column {c!r}")
             else:
                 arr = _empty_column(kind, n)
             if len(arr) != n:

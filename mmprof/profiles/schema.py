@@ -215,7 +215,16 @@ def json_schema() -> dict[str, Any]:
         for col, ctype, doc in cols:
             kind = column_kind(ctype)
             item: dict[str, Any] = {"type": json_type[kind]} if kind != "float" else {"type": ["number", "null"]}
-            props[col] = {"type": "array", "items": item, "description": f"{ctype}: {doc}"}
+            wire = {"int": "<i8", "str": "<i4", "float": "<f8"}[kind]
+            props[col] = {
+                "description": f"{ctype}: {doc}",
+                "oneOf": [
+                    {"type": "object", "required": ["dtype", "b64"],
+                     "properties": {"dtype": {"const": wire}, "b64": {"type": "string", "contentEncoding": "base64"}},
+                     "description": f"little-endian {wire} values, base64 (what mmprof writes)"},
+                    {"type": "array", "items": item, "description": "plain JSON values (accepted on read)"},
+                ],
+            }
         tables[name] = {
             "type": "object",
             "required": ["n", "columns"],
