@@ -1,0 +1,269 @@
+"""Kernel (and CPU op) name -> op family, variant, library and path, from rules stored as TOML data.
+
+Why data and not code: kernel names change with every library release (pytorch/pytorch #92077 and friends
+broke on exact names); a user must be able to read, extend and override the rules without touching mmprof.
+The built-in tables live in `mmprof/rules/kernels_*.toml` and `mmprof/rules/cpu_ops.toml`; `docs/rules.md`
+describes the format. Rules are tried in order; the first whose regex *searches* successfully wins.
+
+A rule's `variant` may use the regex's groups: `{1}` for group 1, `{name}` for a named group, `{0}` for the
+whole match. A name no rule matches is *unclassified*: family `other`, rule `None`.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from mmprof.errors import BadInput
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+# Priority order of the built-in files: model-specific kernels first, generic keyword rules last.
+BUILTIN_FILES = ("cpu_ops.toml", "kernels_model.toml", "kernels_rocm.toml", "kernels_cuda.toml", "kernels_torch.toml",
+                 "kernels_generic.toml")
+PATHS = ("fast", "fallback", "neutral")
+FAMILIES = ("gemm", "grouped_gemm", "moe", "attention", "sparse_attention", "indexer_score", "topk", "sort",
+            "norm", "activation", "elementwise", "reduction", "index", "copy", "memcpy", "communication",
+            "embedding", "conv", "optimizer", "other")
+_RULE_KEYS = {"id", "pattern", "family", "variant", "library", "path", "description", "example", "ignore_case"}
+
+
+@dataclass(frozen=True)
+class KernelClass:
+    family: str
+    variant: str | None
+    library: str | None
+    path: str  # fast|fallback|neutral
+    rule: str | None  # id of the matching rule, None = unclassified (family 'other')
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"family": self.family, "variant": self.variant, "library": self.library, "path": self.path,
+                "rule": self.rule}
+
+
+UNCLASSIFIED = KernelClass("other", None, None, "neutral", None)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    pattern: str
+    family: str
+    variant: str | None = None
+    library: str | None = None
+    path: str = "neutral"
+    description: str = ""
+    example: str | None = None
+    ignore_case: bool = False
+    source: str = "builtin"
+    regex: re.Pattern = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    def apply(self, name: str) -> KernelClass | None:
+        m = self.regex.search(name)
+        if m is None:
+            return None
+        variant = self.variant
+        if variant and "{" in variant:
+            groups = {k: (v or "") for k, v in m.groupdict().items()}
+            try:
+                variant = variant.format(m.group(0), *[g or "" for g in m.groups()], **groups) or None
+            except (IndexError, KeyError):
+                pass
+        return KernelClass(self.family, variant, self.library, self.path, self.id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "pattern": self.pattern, "family": self.family, "variant": self.variant,
+                "library": self.library, "path": self.path, "description": self.description,
+                "example": self.example, "source": self.source}
+
+
+class RuleSet:
+    """An ordered list of rules plus a per-name cache (profiles have ~1M kernels but a few thousand names)."""
+
+    def __init__(self, rules: Iterable[Rule]):
+        self.rules: list[Rule] = list(rules)
+        self._cache: dict[str, KernelClass] = {}
+
+    def classify(self, name: str | None) -> KernelClass:
+        if not name:
+            return UNCLASSIFIED
+        hit = self._cache.get(name)
+        if hit is None:
+            hit = UNCLASSIFIED
+            for rule in self.rules:
+                kc = rule.apply(name)
+                if kc is not None:
+                    hit = kc
+                    break
+            self._cache[name] = hit
+        return hit
+
+    def get(self, rule_id: str) -> Rule | None:
+        return next((r for r in self.rules if r.id == rule_id), None)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+
+def _parse_rules(doc: dict[str, Any], where: str) -> list[Rule]:
+    raw = doc.get("rule", [])
+    if not isinstance(raw, list):
+        raise BadInput(f"{where}: expected [[rule]] tables")
+    unknown_top = set(doc) - {"rule", "meta"}
+    if unknown_top:
+        raise BadInput(f"{where}: unknown top-level key(s) {', '.join(sorted(unknown_top))}; rules go in [[rule]] tables")
+    out = []
+    for i, r in enumerate(raw):
+        rid = r.get("id") if isinstance(r, dict) else None
+        label = f"{where}: rule {rid or '#' + str(i + 1)}"
+        if not isinstance(r, dict) or not rid or not isinstance(rid, str):
+            raise BadInput(f"{label}: every rule needs a string `id`")
+        extra = set(r) - _RULE_KEYS
+        if extra:
+            raise BadInput(f"{label}: unknown key(s) {', '.join(sorted(extra))} (allowed: {', '.join(sorted(_RULE_KEYS))})")
+        for key in ("pattern", "family"):
+            if not isinstance(r.get(key), str) or not r[key]:
+                raise BadInput(f"{label}: missing or empty `{key}`")
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", r["family"]):
+            raise BadInput(f"{label}: family {r['family']!r} must be lower_snake_case (built-in: {', '.join(FAMILIES)})")
+        path = r.get("path", "neutral")
+        if path not in PATHS:
+            raise BadInput(f"{label}: path {path!r} must be one of {', '.join(PATHS)}")
+        try:
+            rx = re.compile(r["pattern"], re.IGNORECASE if r.get("ignore_case") else 0)
+        except re.error as e:
+            raise BadInput(f"{label}: bad regex {r['pattern']!r} ({e})") from e
+        rule = Rule(id=rid, pattern=r["pattern"], family=r["family"], variant=r.get("variant") or None,
+                    library=r.get("library") or None, path=path, description=r.get("description", ""),
+                    example=r.get("example"), ignore_case=bool(r.get("ignore_case")), source=where, regex=rx)
+        if rule.example is not None and not rx.search(rule.example):
+            raise BadInput(f"{label}: its example {rule.example[:80]!r} does not match its own pattern")
+        out.append(rule)
+    return out
+
+
+def read_rule_file(path: str | Path) -> list[Rule]:
+    p = Path(path)
+    if not p.is_file():
+        raise BadInput(f"{p}: no such rules file")
+    try:
+        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(f"{p}: not valid TOML ({e})") from e
+    return _parse_rules(doc, str(p) if p.parent != RULES_DIR else p.name)
+
+
+def builtin_rules() -> list[Rule]:
+    rules: list[Rule] = []
+    for fname in BUILTIN_FILES:
+        rules.extend(read_rule_file(RULES_DIR / fname))
+    return rules
+
+
+def load_rules(extra: Sequence[str | Path] = ()) -> RuleSet:
+    """Built-in rules plus user files. A user rule with a built-in id replaces it in place; new rules come first."""
+    rules = builtin_rules()
+    index = {r.id: i for i, r in enumerate(rules)}
+    front: list[Rule] = []
+    for f in extra:
+        for r in read_rule_file(f):
+            if r.id in index:
+                rules[index[r.id]] = r
+            else:
+                front = [x for x in front if x.id != r.id] + [r]
+    return RuleSet(front + rules)
+
+
+_DEFAULT: RuleSet | None = None
+
+
+def default_rules() -> RuleSet:
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = load_rules()
+    return _DEFAULT
+
+
+def classify_name(name: str, rules: RuleSet | None = None) -> KernelClass:
+    """Classify one kernel or CPU-op name (cached per RuleSet)."""
+    return (rules or default_rules()).classify(name)
+
+
+def classify_names(names: Sequence[str | None], rules: RuleSet | None = None) -> "Any":
+    """A DataFrame (family, variant, library, path, rule) with one row per given name, in order."""
+    import pandas as pd
+
+    rs = rules or default_rules()
+    return pd.DataFrame([rs.classify(n).to_dict() for n in names],
+                        columns=["family", "variant", "library", "path", "rule"])
+
+
+def classify_codes(profile: Any, codes: "Any", rules: RuleSet | None = None) -> "Any":
+    """Classify a string-id column (e.g. kernels.name) classifying each unique id once."""
+    import numpy as np
+    import pandas as pd
+
+    rs = rules or default_rules()
+    codes = np.asarray(codes)
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    table = classify_names([profile.string(int(c)) for c in uniq], rs)
+    out = table.iloc[inverse.reshape(-1)].reset_index(drop=True) if len(codes) else table.iloc[0:0]
+    return out.astype({"family": "category", "path": "category"}) if len(out) else pd.DataFrame(
+        columns=["family", "variant", "library", "path", "rule"])
+
+
+def classify_profile(profile: Any, rules: RuleSet | None = None, table: str = "kernels") -> "Any":
+    """One row per row of `table` (default kernels) with columns family, variant, library, path, rule."""
+    return classify_codes(profile, profile.tables[table]["name"], rules)
+
+
+@dataclass
+class Coverage:
+    """How much of the kernel time the rules explain, per family and per library."""
+
+    source: str  # kernels | cpu_ops
+    events: int
+    total_ns: int
+    unclassified_ns: int
+    by_family: list[dict[str, Any]]
+    by_library: list[dict[str, Any]]
+    unclassified: list[dict[str, Any]]  # name, count, time_ns
+
+    @property
+    def unclassified_share(self) -> float:
+        return self.unclassified_ns / self.total_ns if self.total_ns else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "events": self.events, "total_ns": self.total_ns,
+                "unclassified_ns": self.unclassified_ns, "unclassified_share": self.unclassified_share,
+                "by_family": self.by_family, "by_library": self.by_library, "unclassified": self.unclassified}
+
+
+def coverage(names: Sequence[str | None], durations: Sequence[int], rules: RuleSet | None = None,
+             source: str = "kernels") -> Coverage:
+    """Time share per family / library and the unclassified share of `durations` (ns)."""
+    import pandas as pd
+
+    df = classify_names(list(names), rules)
+    df["name"] = list(names)
+    df["dur"] = pd.Series(list(durations), dtype="int64").clip(lower=0)
+    total = int(df["dur"].sum())
+
+    def group(col: str) -> list[dict[str, Any]]:
+        g = df.assign(key=df[col].fillna("(none)")).groupby("key", sort=False)["dur"].agg(["count", "sum"])
+        g = g.sort_values("sum", ascending=False)
+        return [{col: k, "count": int(r["count"]), "time_ns": int(r["sum"]),
+                 "share": (float(r["sum"]) / total if total else 0.0)} for k, r in g.iterrows()]
+
+    unc = df[df["rule"].isna()]
+    ug = unc.groupby("name", sort=False)["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False)
+    return Coverage(source=source, events=len(df), total_ns=total, unclassified_ns=int(unc["dur"].sum()),
+                    by_family=group("family"), by_library=group("library"),
+                    unclassified=[{"name": k, "count": int(r["count"]), "time_ns": int(r["sum"])} for k, r in ug.iterrows()])

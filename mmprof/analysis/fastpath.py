@@ -1,0 +1,351 @@
+"""Fast-path verification: the spec language (TOML), its loader, and the evaluator.
+
+A spec lists assertions about which kernel variants dispatched in which op regions, plus the built-in checks
+to run (codes FP000-FP006, documented in mmprof/rules/checks.toml and docs/rules.md). `verify()` returns a
+`VerifyResult`; the CLI renders it (rich / JSON / JUnit) and exits with `VerifyResult.exit_code`:
+0 every assertion passed, 1 a violation, 2 no evidence for at least one assertion (never a pass).
+
+Assertion kinds (docs/fastpath.md has the full reference):
+    require         region must dispatch family / variant / library (in every layer, or >= min_time_share)
+    forbid          region must not dispatch a selector (or must not exist, when no selector is given)
+    max_launches    at most `max` events per rank, step and layer in the region
+    forbid_pattern  no device event whose name matches `pattern`, anywhere
+    dispatch        the dispatch log must show implementation `impl` for op `op`
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mmprof.errors import BadInput
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+BUILTIN_SPEC = RULES_DIR / "builtin_fastpath.toml"
+KINDS = {"require": "FP003", "forbid": "FP004", "max_launches": "FP005", "forbid_pattern": "FP006", "dispatch": "FP003"}
+BUILTIN_CHECKS = ("FP000", "FP001", "FP002", "FP003", "FP004")
+_ASSERT_KEYS = {"id", "kind", "code", "description", "region", "phase", "layers", "family", "variant", "library",
+                "path", "name", "every_layer", "min_time_share", "max", "pattern", "op", "impl", "within"}
+_SPEC_KEYS = {"id", "description", "checks", "sparse_layers", "moe_layers", "example"}
+
+
+def load_checks() -> dict[str, dict[str, str]]:
+    """The rule registry: code -> {name, status, severity, summary, what, why, example, known_problems}."""
+    doc = tomllib.loads((RULES_DIR / "checks.toml").read_text(encoding="utf-8"))
+    return {c["code"]: c for c in doc["check"]}
+
+
+def _as_list(v: Any, where: str, key: str) -> list[str]:
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return list(v)
+    raise BadInput(f"{where}: `{key}` must be a string or a list of strings")
+
+
+def _parse_layers(v: Any, where: str) -> frozenset[int] | None:
+    """`layers = "3-59"`, `"3-5,8"`, or a list of ints."""
+    if v is None:
+        return None
+    if isinstance(v, list) and all(isinstance(x, int) for x in v):
+        return frozenset(v)
+    if isinstance(v, str):
+        out: set[int] = set()
+        for part in v.split(","):
+            part = part.strip()
+            m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
+            if not m:
+                raise BadInput(f"{where}: bad layer range {part!r} (use e.g. \"3-59\" or \"0,2,4-6\")")
+            lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+            out.update(range(lo, hi + 1))
+        return frozenset(out)
+    raise BadInput(f"{where}: `layers` must be a range string like \"3-59\" or a list of integers")
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which events an assertion is about: globs on family / variant / library / path, a regex on the name."""
+
+    family: tuple[str, ...] = ()
+    variant: tuple[str, ...] = ()
+    library: tuple[str, ...] = ()
+    path: tuple[str, ...] = ()
+    name: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.family or self.variant or self.library or self.path or self.name)
+
+    def describe(self) -> str:
+        parts = [f"{k}={'|'.join(v)}" for k, v in (("family", self.family), ("variant", self.variant),
+                                                    ("library", self.library), ("path", self.path)) if v]
+        if self.name:
+            parts.append(f"name~/{self.name}/")
+        return ", ".join(parts) or "any kernel"
+
+    def mask(self, df: Any) -> Any:
+        import numpy as np
+
+        m = np.ones(len(df), dtype=bool)
+        for col, globs in (("family", self.family), ("variant", self.variant), ("library", self.library),
+                           ("path", self.path)):
+            if globs:
+                m = m & glob_mask(df[col], globs, lower=True)
+        if self.name:
+            rx = re.compile(self.name)
+            m = m & unique_map(df["name"], lambda s: bool(rx.search(s)))
+        return m
+
+
+def unique_map(series: Any, fn: Any) -> Any:
+    """Apply a str -> bool predicate once per distinct value (events have ~1M rows but few distinct names)."""
+    import numpy as np
+    import pandas as pd
+
+    vals = series.astype(object).where(series.notna(), None).to_numpy()
+    codes, uniq = pd.factorize(vals, use_na_sentinel=True)
+    lut = np.array([bool(fn(str(u))) for u in uniq] + [False], dtype=bool)
+    return lut[np.where(codes < 0, len(uniq), codes)]
+
+
+def glob_mask(series: Any, globs: tuple[str, ...] | list[str], lower: bool = False) -> Any:
+    """Rows whose value matches any of the fnmatch globs (None never matches)."""
+    pats = [g.lower() if lower else g for g in globs]
+    return unique_map(series, lambda s: any(fnmatch.fnmatchcase(s.lower() if lower else s, p) for p in pats))
+
+
+@dataclass(frozen=True)
+class Assertion:
+    id: str
+    kind: str
+    code: str
+    description: str = ""
+    region: tuple[str, ...] = ()
+    phase: str | None = None
+    layers: frozenset[int] | None = None
+    selector: Selector = field(default_factory=Selector)
+    every_layer: bool = True
+    min_time_share: float | None = None
+    max: int | None = None
+    pattern: str | None = None
+    op: str | None = None
+    impl: tuple[str, ...] = ()
+    within: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "code": self.code, "description": self.description,
+                "region": list(self.region), "phase": self.phase,
+                "layers": sorted(self.layers) if self.layers is not None else None,
+                "selector": self.selector.describe(), "every_layer": self.every_layer,
+                "min_time_share": self.min_time_share, "max": self.max, "pattern": self.pattern, "op": self.op,
+                "impl": list(self.impl)}
+
+
+@dataclass
+class Spec:
+    id: str
+    description: str
+    source: str
+    checks: tuple[str, ...]
+    assertions: list[Assertion]
+    sparse_layers: Any = None
+    moe_layers: Any = None
+    example: bool = False
+
+
+def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
+    if not isinstance(raw, dict):
+        raise BadInput(f"{where}: each [[assert]] must be a table")
+    aid = raw.get("id")
+    if not isinstance(aid, str) or not re.fullmatch(r"[A-Za-z0-9_.:-]+", aid or ""):
+        raise BadInput(f"{where}: every assertion needs an `id` of letters, digits and - _ . :")
+    w = f"{where}: assertion {aid}"
+    if aid in seen:
+        raise BadInput(f"{w}: duplicate id")
+    seen.add(aid)
+    extra = set(raw) - _ASSERT_KEYS
+    if extra:
+        raise BadInput(f"{w}: unknown key(s) {', '.join(sorted(extra))}")
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        raise BadInput(f"{w}: `kind` must be one of {', '.join(KINDS)} (got {kind!r})")
+    sel = Selector(family=tuple(_as_list(raw.get("family"), w, "family")),
+                   variant=tuple(_as_list(raw.get("variant"), w, "variant")),
+                   library=tuple(_as_list(raw.get("library"), w, "library")),
+                   path=tuple(_as_list(raw.get("path"), w, "path")), name=raw.get("name"))
+    if sel.name is not None:
+        try:
+            re.compile(sel.name)
+        except re.error as e:
+            raise BadInput(f"{w}: bad `name` regex ({e})") from e
+    region = tuple(_as_list(raw.get("region"), w, "region"))
+    a = Assertion(id=aid, kind=kind, code=str(raw.get("code") or KINDS[kind]), description=raw.get("description", ""),
+                  region=region, phase=raw.get("phase"), layers=_parse_layers(raw.get("layers"), w), selector=sel,
+                  every_layer=bool(raw.get("every_layer", True)), min_time_share=raw.get("min_time_share"),
+                  max=raw.get("max"), pattern=raw.get("pattern"), op=raw.get("op"),
+                  impl=tuple(_as_list(raw.get("impl"), w, "impl")), within=tuple(_as_list(raw.get("within"), w, "within")))
+    if a.phase not in (None, "prefill", "decode"):
+        raise BadInput(f"{w}: `phase` must be prefill or decode")
+    if kind == "require":
+        if not region:
+            raise BadInput(f"{w}: require needs a `region`")
+        if sel.empty:
+            raise BadInput(f"{w}: require needs at least one of family / variant / library / path / name")
+        if a.min_time_share is not None and not (0 < float(a.min_time_share) <= 1):
+            raise BadInput(f"{w}: `min_time_share` must be in (0, 1]")
+    elif kind == "forbid":
+        if not region and sel.empty:
+            raise BadInput(f"{w}: forbid needs a `region`, a selector, or both")
+    elif kind == "max_launches":
+        if not region or not isinstance(a.max, int) or a.max < 0:
+            raise BadInput(f"{w}: max_launches needs a `region` and an integer `max` >= 0")
+    elif kind == "forbid_pattern":
+        if not isinstance(a.pattern, str) or not a.pattern:
+            raise BadInput(f"{w}: forbid_pattern needs a `pattern` (a regex)")
+        try:
+            re.compile(a.pattern)
+        except re.error as e:
+            raise BadInput(f"{w}: bad `pattern` regex ({e})") from e
+    elif kind == "dispatch":
+        if not a.op or not a.impl:
+            raise BadInput(f"{w}: dispatch needs `op` (e.g. moe.experts) and `impl` (e.g. grouped_mm)")
+    return a
+
+
+def parse_spec(doc: dict[str, Any], source: str) -> Spec:
+    head = doc.get("spec", {})
+    if not isinstance(head, dict):
+        raise BadInput(f"{source}: [spec] must be a table")
+    extra_top = set(doc) - {"spec", "assert"}
+    if extra_top:
+        raise BadInput(f"{source}: unknown top-level key(s) {', '.join(sorted(extra_top))}; use [spec] and [[assert]]")
+    extra = set(head) - _SPEC_KEYS
+    if extra:
+        raise BadInput(f"{source}: [spec] has unknown key(s) {', '.join(sorted(extra))}")
+    checks = tuple(_as_list(head.get("checks", list(BUILTIN_CHECKS)), f"{source}: [spec]", "checks"))
+    bad = [c for c in checks if c not in BUILTIN_CHECKS]
+    if bad:
+        raise BadInput(f"{source}: [spec] checks: {', '.join(bad)} cannot run stand-alone; built-in checks are "
+                       f"{', '.join(BUILTIN_CHECKS)} (FP005/FP006 are the codes of max_launches / forbid_pattern)")
+    raw = doc.get("assert", [])
+    if not isinstance(raw, list):
+        raise BadInput(f"{source}: assertions go in [[assert]] tables")
+    seen: set[str] = set()
+    assertions = [_parse_assertion(r, source, seen) for r in raw]
+    if not assertions and not checks:
+        raise BadInput(f"{source}: the spec has no assertions and no checks; nothing to verify")
+    return Spec(id=str(head.get("id") or Path(source).stem), description=head.get("description", ""), source=source,
+                checks=checks, assertions=assertions, sparse_layers=head.get("sparse_layers"),
+                moe_layers=head.get("moe_layers"), example=bool(head.get("example", False)))
+
+
+def load_spec(path: str | Path | None = None) -> Spec:
+    """Read a spec file; None gives the built-in spec for the reference runtime's fast configuration."""
+    p = Path(path) if path is not None else BUILTIN_SPEC
+    if not p.is_file():
+        raise BadInput(f"{p}: no such spec file")
+    try:
+        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(f"{p}: not valid TOML ({e})") from e
+    return parse_spec(doc, "builtin:" + p.name if path is None else str(p))
+
+
+# --------------------------------------------------------------------------------------------- results
+@dataclass
+class CheckResult:
+    """The verdict of one assertion or built-in check. status: pass | fail | no_evidence."""
+
+    id: str
+    code: str
+    kind: str
+    status: str
+    message: str
+    description: str = ""
+    evidence: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "code": self.code, "kind": self.kind, "status": self.status, "message": self.message,
+                "description": self.description, "evidence": self.evidence, "data": self.data}
+
+
+@dataclass
+class RegionSummary:
+    """What ran in one region across layers: e.g. `layers.*.moe.routed` in 57 layers."""
+
+    region: str
+    layers: int
+    count: int
+    time_ns: int
+    variants: list[dict[str, Any]]  # family, variant, library, path, count, time_ns, share
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"region": self.region, "layers": self.layers, "count": self.count, "time_ns": self.time_ns,
+                "variants": self.variants}
+
+
+@dataclass
+class VerifyResult:
+    spec_id: str
+    spec_source: str
+    source: str  # kernels | cpu_ops
+    events: int
+    attributed: int
+    results: list[CheckResult]
+    regions: list[RegionSummary]
+    profile: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if any(r.status == "fail" for r in self.results):
+            return 1
+        if not self.results or any(r.status == "no_evidence" for r in self.results):
+            return 2
+        return 0
+
+    @property
+    def status(self) -> str:
+        return {0: "pass", 1: "fail", 2: "no_evidence"}[self.exit_code]
+
+    def counts(self) -> dict[str, int]:
+        out = {"pass": 0, "fail": 0, "no_evidence": 0}
+        for r in self.results:
+            out[r.status] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"spec": self.spec_id, "spec_source": self.spec_source, "profile": self.profile, "status": self.status,
+                "exit_code": self.exit_code, "source": self.source, "events": self.events,
+                "attributed": self.attributed, "counts": self.counts(),
+                "results": [r.to_dict() for r in self.results], "regions": [g.to_dict() for g in self.regions]}
+
+
+def verify(profile: Any, spec: Spec | None = None, rules: Any = None, sparse_layers: Any = None,
+           moe_layers: Any = None, profile_name: str | None = None) -> VerifyResult:
+    """Evaluate the spec's built-in checks and assertions against a profile."""
+    from mmprof.analysis import fastpath_eval as ev
+    from mmprof.analysis.regions import device_events
+
+    spec = spec or load_spec()
+    events, source = device_events(profile, rules)
+    dispatch = ev.dispatch_frame(profile)
+    ctx = ev.Context(events=events, dispatch=dispatch, source=source, meta=profile.meta,
+                     sparse_layers=sparse_layers if sparse_layers is not None else spec.sparse_layers,
+                     moe_layers=moe_layers if moe_layers is not None else spec.moe_layers)
+    results = [ev.run_check(code, ctx) for code in spec.checks]
+    results += [ev.evaluate(a, ctx) for a in spec.assertions]
+    return VerifyResult(spec_id=spec.id, spec_source=spec.source, source=source, events=len(events),
+                        attributed=int(events["region"].notna().sum()) if len(events) else 0,
+                        results=results, regions=ev.region_summaries(events), profile=profile_name)

@@ -1,0 +1,215 @@
+"""The built-in fast-path checks (FP000-FP004), each a function of the evaluation Context.
+
+Each returns (status, message, evidence lines, data). They judge from the best evidence available, in order:
+the runtime's dispatch log, scope attribution (regions), and, for FP002 only, kernel names and counts per
+step. With none of these they return no_evidence, never pass.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from mmprof.analysis.fastpath_eval import Context, _fmt_ns, _layers_text, _top_kernels
+
+Verdict = tuple[str, str, list[str], dict[str, Any]]
+
+
+def fp000(ctx: Context) -> Verdict:
+    ev = ctx.events
+    what = "kernel" if ctx.source == "kernels" else "leaf CPU op"
+    if not len(ev):
+        return ("no_evidence", "the profile has no kernel events and no CPU ops: nothing to verify "
+                "(was the GPU activity captured?)", [], {"events": 0})
+    attributed = int(ev["region"].notna().sum())
+    return ("pass", f"{len(ev)} {what} events ({_fmt_ns(ev['dur_ns'].sum())}), {attributed} attributed to regions, "
+            f"{len(ctx.dispatch)} dispatch rows", [], {"events": int(len(ev)), "attributed": attributed,
+                                                         "dispatch_rows": int(len(ctx.dispatch))})
+
+
+def fp001(ctx: Context) -> Verdict:
+    """Shared expert launched separately: dispatch `moe.shared`=separate, or events under layers.*.moe.shared."""
+    ev, d = ctx.events, ctx.dispatch
+    evidence: list[str] = []
+    verdicts = []
+    rows = d[d["op"] == "moe.shared"] if len(d) else d
+    if len(rows):
+        sep = rows[rows["impl"] == "separate"]
+        if len(sep):
+            verdicts.append("fail")
+            evidence.append(f"dispatch log: moe.shared = separate in layers {_layers_text(sep['layer'])} "
+                            f"({len(sep)} calls; requested {', '.join(sorted(map(str, sep['requested'].dropna().unique()))) or '-'})")
+        else:
+            verdicts.append("pass")
+            evidence.append(f"dispatch log: moe.shared = {', '.join(sorted(map(str, rows['impl'].dropna().unique())))} "
+                            f"in {len(rows)} calls")
+    if len(ev) and ev["role"].notna().any():
+        shared = ev[ev["role"] == "moe.shared"]
+        moe = ev[ev["role"].astype(str).str.startswith("moe.")]
+        if len(shared):
+            verdicts.append("fail")
+            gemms = shared[shared["family"].isin(["gemm", "grouped_gemm"])]
+            per = gemms.groupby(["rank", "step", "layer"]).size()
+            evidence.append(f"{len(shared)} events ({_fmt_ns(shared['dur_ns'].sum())}) under layers.*.moe.shared in "
+                            f"layers {_layers_text(shared['layer'])}; {int(per.max()) if len(per) else 0} GEMMs per layer-step")
+            evidence += _top_kernels(shared, 4)
+        elif len(moe):
+            verdicts.append("pass")
+            evidence.append(f"no events under layers.*.moe.shared; {len(moe)} MoE events in layers "
+                            f"{_layers_text(moe['layer'])}")
+    data = {"judged_from": [s for s, ok in (("dispatch", len(rows) > 0), ("scopes", len(ev) > 0 and ev["role"].notna().any())) if ok]}
+    if "fail" in verdicts:
+        return "fail", "the shared expert ran as a separate MLP in MoE layers", evidence, data
+    if "pass" in verdicts:
+        return "pass", "the shared expert did not run separately", evidence, data
+    return ("no_evidence", "no dispatch log and no MoE regions (layers.*.moe.*) to judge the shared expert from; "
+            "record with scope labels (mmprof record / mmprof run) to check it", evidence, data)
+
+
+def _sparse_layers(ctx: Context) -> list[int] | int | None:
+    """Sparse-attention layer indices (or just their count) from the option, the model config, or the log."""
+    v = ctx.sparse_layers
+    if v is None:
+        model = ctx.meta.get("model") or (ctx.meta.get("run") or {}).get("model") or {}
+        if isinstance(model, dict):
+            cfg = model.get("sparse_attention_config") if isinstance(model.get("sparse_attention_config"), dict) else {}
+            freq = model.get("sparse_attention_freq") or cfg.get("sparse_attention_freq")
+            if not freq and isinstance(model.get("attn_types"), list):  # the reference runtime's ModelArgs
+                freq = [t == "sparse" for t in model["attn_types"]]
+            if isinstance(freq, list) and freq:
+                v = [i for i, f in enumerate(freq) if f]
+            for key in ("sparse_layers", "num_sparse_layers", "n_sparse_layers"):
+                if v is None and model.get(key) is not None:
+                    v = model[key]
+            n = model.get("num_hidden_layers", model.get("n_layers"))
+            if v is None and isinstance(n, int):
+                for key in ("first_sparse_layer", "n_dense_layers", "num_dense_layers", "first_k_dense", "first_k_dense_replace"):
+                    if isinstance(model.get(key), int):
+                        v = list(range(model[key], n))
+                        break
+    if v is None and len(ctx.dispatch):
+        rows = ctx.dispatch[ctx.dispatch["op"] == "attn.indexer"]
+        if len(rows):
+            v = sorted({int(x) for x in rows["layer"] if x >= 0})
+    if isinstance(v, list):
+        return sorted(int(x) for x in v)
+    if isinstance(v, int) and v > 0:
+        return v
+    return None
+
+
+def _adjacent_pairs(computed: set[int], sparse: list[int] | None) -> list[tuple[int, int]]:
+    order = sparse if sparse else sorted(computed)
+    pairs = []
+    for a, b in zip(order, order[1:]):
+        adjacent = True if sparse else (b == a + 1)
+        if adjacent and a in computed and b in computed:
+            pairs.append((a, b))
+    return pairs
+
+
+def fp002(ctx: Context) -> Verdict:
+    """Block selection recomputed on adjacent sparse layers."""
+    ev, d = ctx.events, ctx.dispatch
+    sparse = _sparse_layers(ctx)
+    sparse_list = sparse if isinstance(sparse, list) else None
+    per_step: dict[tuple[int, int], set[int]] = {}
+    judged = None
+    rows = d[d["op"] == "attn.indexer"] if len(d) else d
+    if len(rows):
+        judged = "dispatch"
+        for (rank, step), g in rows.groupby(["rank", "step"]):
+            per_step[(int(rank), int(step))] = {int(x) for x in g.loc[g["impl"] == "computed", "layer"]}
+    elif len(ev) and ev["role"].notna().any() and (ev["role"] == "attn.indexer").any():
+        judged = "scopes"
+        idx = ev[ev["role"] == "attn.indexer"]
+        for (rank, step), g in idx.groupby(["rank", "step"]):
+            per_step[(int(rank), int(step))] = {int(x) for x in g["layer"]}
+        # steps in which no indexer ran at all still count as steps (everything reused)
+    if judged:
+        bad = {k: _adjacent_pairs(v, sparse_list) for k, v in per_step.items()}
+        bad = {k: v for k, v in bad.items() if v}
+        n_sparse = len(sparse_list) if sparse_list else (sparse if isinstance(sparse, int) else None)
+        computed = [len(v) for v in per_step.values()]
+        data = {"judged_from": judged, "steps": len(per_step), "sparse_layers": n_sparse,
+                "computed_per_step": max(computed) if computed else 0}
+        if bad:
+            (rank, step), pairs = next(iter(sorted(bad.items())))
+            evid = [f"rank {rank} step {step}: selection computed in layers {_layers_text(per_step[(rank, step)])}"
+                    f"{f' of {n_sparse} sparse layers' if n_sparse else ''}; adjacent pairs {pairs[:6]}"]
+            return ("fail", f"block selection recomputed on adjacent sparse layers in {len(bad)} of {len(per_step)} "
+                    f"steps (from the {judged})", evid, data)
+        if not per_step:
+            return "no_evidence", "no indexer calls found", [], data
+        return ("pass", f"no two adjacent sparse layers computed the selection in any of {len(per_step)} steps "
+                f"(at most {data['computed_per_step']} computations per step, from the {judged})", [], data)
+    # Names only: count indexer-score kernels per forward against the number of sparse layers.
+    if len(ev):
+        idx = ev[(ev["family"] == "indexer_score")]
+        if not len(idx):
+            idx = ev[(ev["family"] == "topk") & (ev["variant"] == "index_topk")]
+        if len(idx):
+            if sparse is None:
+                return ("no_evidence", f"{len(idx)} indexer kernels but the number of sparse layers is unknown; "
+                        "pass --sparse-layers N (or set sparse_layers in the spec)", [], {"indexer_events": int(len(idx))})
+            if not (idx["step"] >= 0).any():
+                return ("no_evidence", "indexer kernels found but no step boundaries (ProfilerStep / mmprof.step "
+                        "annotations) to count them per forward", [], {"indexer_events": int(len(idx))})
+            n_sparse = len(sparse) if isinstance(sparse, list) else int(sparse)
+            counts = idx[idx["step"] >= 0].groupby(["rank", "step"]).size()
+            limit = math.ceil(n_sparse / 2)
+            worst = int(counts.max())
+            data = {"judged_from": "kernel counts", "sparse_layers": n_sparse, "max_per_step": worst, "limit": limit,
+                    "steps": int(len(counts))}
+            evid = [f"up to {worst} indexer-score launches per step for {n_sparse} sparse layers",
+                    *_top_kernels(idx, 2)]
+            if worst > limit:
+                return ("fail", f"{worst} selections per step for {n_sparse} sparse layers (> {limit}): some adjacent "
+                        "sparse layers recompute the block selection", evid, data)
+            return ("pass", f"at most {worst} selections per step for {n_sparse} sparse layers (<= {limit})", evid, data)
+    return ("no_evidence", "no dispatch log, no layers.*.attn.indexer regions and no indexer kernels the rules know: "
+            "cannot judge block-selection reuse", [], {})
+
+
+def fp003(ctx: Context) -> Verdict:
+    """Dispatch rows whose implementation differs from the one requested."""
+    d = ctx.dispatch
+    if not len(d):
+        return ("no_evidence", "no dispatch log (only the reference runtime writes one); use require / dispatch "
+                "assertions on kernels instead", [], {})
+    req = d["requested"].notna().to_numpy(dtype=bool)
+    impl = d["impl"].astype(object).to_numpy()
+    want = d["requested"].astype(object).to_numpy()
+    # `<requested>_<variant>` (e.g. sparse_masked for sparse) is a variant of the requested implementation.
+    same = np.array([i == w or (isinstance(i, str) and isinstance(w, str) and i.startswith(w + "_"))
+                     for i, w in zip(impl, want)], dtype=bool)
+    mism = d[req & ~same]
+    variants = d[req & same & (d["impl"] != d["requested"]).to_numpy(dtype=bool)]
+    data = {"rows": int(len(d)), "mismatched": int(len(mism)), "variants": int(len(variants))}
+    if len(mism):
+        ev = []
+        for (op, req_impl, impl, reason), g in mism.groupby(["op", "requested", "impl", "reason"], dropna=False):
+            ev.append(f"{op}: requested {req_impl}, ran {impl} in layers {_layers_text(g['layer'])} ({len(g)} calls)"
+                      + (f"; reason: {reason}" if isinstance(reason, str) else ""))
+        return "fail", f"{len(mism)} of {len(d)} dispatched calls did not run the requested implementation", ev, data
+    ops = ", ".join(sorted({str(o) for o in d["op"].dropna()}))
+    notes = [f"{op}: {impl_} for requested {req_impl} in layers {_layers_text(g['layer'])} ({len(g)} calls)"
+             + (f"; {reason}" if isinstance(reason, str) else "")
+             for (op, req_impl, impl_, reason), g in variants.groupby(["op", "requested", "impl", "reason"], dropna=False)]
+    return "pass", f"all {len(d)} dispatched calls ran the requested implementation ({ops})", notes, data
+
+
+def fp004(ctx: Context) -> Verdict:
+    """Events classified as a fallback path."""
+    ev = ctx.events
+    if not len(ev):
+        return "no_evidence", "no device events", [], {}
+    fb = ev[ev["path"] == "fallback"]
+    if len(fb):
+        regions = fb["region"].dropna().astype(str).str.replace(r"^layers\.\d+\.", "layers.*.", regex=True).unique()
+        return ("fail", f"{len(fb)} fallback events ({_fmt_ns(fb['dur_ns'].sum())}) in "
+                f"{', '.join(sorted(regions)) or 'unattributed code'}", _top_kernels(fb),
+                {"events": int(len(fb)), "rules": sorted(map(str, fb["rule"].dropna().unique()))})
+    return "pass", f"none of {len(ev)} events is classified as a fallback path", [], {"events": int(len(ev))}

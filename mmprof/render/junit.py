@@ -1,0 +1,46 @@
+"""JUnit XML for the fast-path gate: one <testcase> per assertion or built-in check.
+
+classname = the spec id plus the rule code (e.g. `mmprof-reference-fast.FP003`), name = the assertion id.
+A failed assertion is a <failure> (message + evidence lines); "no evidence" is an <error>, because a gate
+that could not judge is not a pass. Every test case also carries its evidence in <system-out>.
+"""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from mmprof.fileio import atomic_write
+
+
+def to_xml(result: Any, suite_name: str = "mmprof.verify-fastpath") -> bytes:
+    """The JUnit document for a `VerifyResult`."""
+    counts = result.counts()
+    suites = ET.Element("testsuites", name=suite_name, tests=str(len(result.results)),
+                        failures=str(counts["fail"]), errors=str(counts["no_evidence"]))
+    suite = ET.SubElement(suites, "testsuite", name=result.spec_id, tests=str(len(result.results)),
+                          failures=str(counts["fail"]), errors=str(counts["no_evidence"]), skipped="0", time="0")
+    props = ET.SubElement(suite, "properties")
+    for k, v in (("spec_source", result.spec_source), ("profile", result.profile or ""), ("events_source", result.source),
+                 ("events", str(result.events)), ("attributed", str(result.attributed)),
+                 ("exit_code", str(result.exit_code))):
+        ET.SubElement(props, "property", name=k, value=v)
+    for r in result.results:
+        case = ET.SubElement(suite, "testcase", classname=f"{result.spec_id}.{r.code}", name=r.id, time="0")
+        body = "\n".join([r.message, *r.evidence])
+        if r.status == "fail":
+            el = ET.SubElement(case, "failure", message=f"{r.code} {r.message}"[:1000], type=r.code)
+            el.text = body
+        elif r.status == "no_evidence":
+            el = ET.SubElement(case, "error", message=f"{r.code} no evidence: {r.message}"[:1000], type="NoEvidence")
+            el.text = body
+        out = ET.SubElement(case, "system-out")
+        out.text = "\n".join(x for x in [r.description, body] if x)
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+
+
+def write_junit(result: Any, path: str | os.PathLike) -> Path:
+    return atomic_write(path, to_xml(result))

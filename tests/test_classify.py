@@ -1,0 +1,267 @@
+"""Kernel classification: the rule tables, user overrides, and coverage on real traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mmprof.analysis.classify import (BUILTIN_FILES, FAMILIES, PATHS, RULES_DIR, builtin_rules, classify_name,
+                                      classify_profile, coverage, load_rules)
+from mmprof.errors import BadInput
+from tests.conftest import DATA
+
+SAMPLES = DATA / "samples"
+
+
+def test_every_builtin_rule_example_hits_its_own_rule():
+    rules = load_rules()
+    ids = [r.id for r in rules.rules]
+    assert len(ids) == len(set(ids)), "duplicate rule ids"
+    assert len(rules) >= 100
+    for r in rules.rules:
+        assert r.example, f"{r.id} has no example"
+        assert r.regex.search(r.example), f"{r.id}: example does not match its pattern"
+        kc = rules.classify(r.example)
+        assert kc.family == r.family, f"{r.id}: example classifies to {kc.family} via {kc.rule}"
+        assert kc.rule == r.id, f"{r.id}: example is shadowed by the earlier rule {kc.rule}"
+        assert r.path in PATHS
+        assert r.description
+
+
+def test_builtin_families_are_the_documented_set():
+    fams = {r.family for r in builtin_rules()}
+    assert fams <= set(FAMILIES)
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "rules.md").read_text()
+    for f in fams:
+        assert f"`{f}`" in doc, f"docs/rules.md does not describe family {f}"
+
+
+@pytest.mark.parametrize("name, family, library, variant", [
+    ("aiter::fmoe_bf16_blockscaleFp8_g1u1_vs_silu_1tg_32x256", "grouped_gemm", "AITER", "fused_moe_asm"),
+    ("_ZN5aiter50fmoe_bf16_pertokenMXfp4_g1u1_flat_novs_silu_16x256E", "grouped_gemm", "AITER", "fused_moe_asm"),
+    ("fused_moe_kernel", "grouped_gemm", "Triton", "fused_moe_triton"),
+    ("_index_block_score_kernel", "indexer_score", "Triton", "block_score"),
+    ("_topk_index_kernel", "topk", "Triton", "index_topk"),
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication", "NCCL/RCCL", "AllReduce"),
+    ("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "communication", "NCCL/RCCL", "AllGather"),
+    ("Cijk_Ailk_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN_LDSB1", "gemm", "hipBLASLt", "MT256x128x64"),
+    ("Custom_Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x64x64_MI16x16x1", "gemm", "hipBLASLt", "MT128x64x64"),
+    ("void ck::kernel_gemm_xdl_cshuffle_v3<ck::GridwiseGemm_xdl_cshuffle_v3<ck::tensor_layout::gemm::RowMajor> >()", "gemm", "Composable Kernel", "ck"),
+    ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNN", "gemm", "cuBLAS", "nvjet_tst_192x192"),
+    ("nvjet_sm90_tst_64x16_64x16_2x4_h_bz_NNT", "gemm", "cuBLAS", "nvjet_tst_64x16"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", "gemm", "cuBLAS", "xmma_sm90"),
+    ("ampere_sgemm_128x64_nn", "gemm", "cuBLAS", "cublas_legacy"),
+    ("void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t>, false>(Flash_fwd_params)", "attention", "FlashAttention", "flash"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0", "attention", "cuDNN", "cudnn_sdpa"),
+    ("void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>(at::cuda::detail::TensorInfo<float const, unsigned int>)", "topk", "PyTorch", "torch_topk"),
+    ("void at::native::radixSortKVInPlace<-2, -1, 32, 32, long, long, unsigned int>(at::cuda::detail::TensorInfo<long, unsigned int>)", "topk", "PyTorch", "sort"),
+    ("void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int, unsigned long, int*)", "moe", None, "align"),
+    ("void vllm::moe::topkGatingSoftmax<4, 128, 4, 16, int>(float const*, bool const*, float*, int, int*, int*)", "moe", None, "routing"),
+    ("Memcpy DtoD (Device -> Device)", "memcpy", None, "memcpy"),
+    ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 2, 128, 1>(float*)", "copy", "PyTorch", "copy"),
+    ("void rocblas_gemvn_kernel<64, 16, float, float const*, float>(int, int, float)", "gemm", "rocBLAS", "rocblas"),
+    ("naive_conv_fwd_nchw_float", "conv", "MIOpen", "miopen"),
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "reduction", "Triton", "inductor_reduction"),
+    ("_gemma_rmsnorm_kernel", "norm", None, "norm"),
+    ("aten::_grouped_mm", "grouped_gemm", "aten", "grouped_mm"),
+    ("aten::addmm", "gemm", "aten", "aten::addmm"),
+    ("aten::_scaled_dot_product_attention_math", "attention", "aten", "sdpa_math"),
+    ("aten::topk", "topk", "aten", "topk"),
+])
+def test_vendor_aliases(name, family, library, variant):
+    kc = classify_name(name)
+    assert (kc.family, kc.library, kc.variant) == (family, library, variant), kc
+    assert kc.rule is not None
+
+
+def test_fallback_path_and_unclassified():
+    assert classify_name("aten::_scaled_dot_product_attention_math").path == "fallback"
+    kc = classify_name("zzq_mystery_7")
+    assert kc.rule is None and kc.family == "other" and kc.library is None
+    assert classify_name("").rule is None
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "rules.toml"
+    p.write_text(text)
+    return p
+
+
+def test_user_rules_override_in_place_and_new_rules_come_first(tmp_path):
+    f = _write(tmp_path, '''
+[[rule]]
+id = "cuda.nvjet.gemm"
+pattern = '^nvjet_'
+family = "gemm"
+variant = "mine"
+library = "cuBLAS"
+path = "fallback"
+example = "nvjet_tst_64x8_64x16_2x1_v_bz_splitK_TNT"
+
+[[rule]]
+id = "site.fused_moe"
+pattern = 'fused_moe_kernel'
+family = "grouped_gemm"
+variant = "site_moe"
+library = "SiteLib"
+''')
+    base = load_rules()
+    rules = load_rules([f])
+    assert len(rules) == len(base) + 1
+    assert rules.rules[0].id == "site.fused_moe"
+    pos = [r.id for r in base.rules].index("cuda.nvjet.gemm")
+    assert rules.rules[pos + 1].id == "cuda.nvjet.gemm" and rules.rules[pos + 1].variant == "mine"
+    assert rules.classify("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT").path == "fallback"
+    assert rules.classify("fused_moe_kernel").library == "SiteLib"
+    assert base.classify("fused_moe_kernel").library == "Triton"
+
+
+@pytest.mark.parametrize("body, msg", [
+    ('[[rule]]\nid = "x"\npattern = "("\nfamily = "gemm"\n', "bad regex"),
+    ('[[rule]]\nid = "x"\npattern = "a"\nfamily = "gemm"\ncolour = "red"\n', "unknown key"),
+    ('[[rule]]\nid = "x"\npattern = "abc"\nfamily = "gemm"\nexample = "xyz"\n', "does not match"),
+    ('[[rule]]\nid = "x"\npattern = "a"\nfamily = "gemm"\npath = "slow"\n', "path"),
+    ('[[rule]]\npattern = "a"\nfamily = "gemm"\n', "id"),
+    ('[[rule]]\nid = "x"\npattern = "a"\nfamily = "GEMM!"\n', "lower_snake_case"),
+    ('rule = [\n', "not valid TOML"),
+])
+def test_bad_rule_files_are_one_line_errors(tmp_path, body, msg):
+    with pytest.raises(BadInput, match=msg):
+        load_rules([_write(tmp_path, body)])
+
+
+def test_missing_rule_file():
+    with pytest.raises(BadInput, match="no such rules file"):
+        load_rules(["/nonexistent/rules.toml"])
+
+
+# Every sample with kernel events, and what the samples without any hold instead.
+KERNEL_SAMPLES = [
+    "kineto/control.json.gz", "kineto/event_sync_trace.json.gz", "kineto/inference_rank_1.json.gz",
+    "kineto/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "kineto/nccl_data.json.gz",
+    "kineto/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "kineto/sampled_rank-0.json.gz",
+    "kineto/sampled_rank-1.json.gz", "kineto/triton_example.json.gz", "rocprofv3/rocpd/14_results.db",
+    "rocprofv3/rocpd/28_results.db", "rocprofv3/csv/kernel_trace.csv", "rocprofv3/csv/kernel_trace_truncated.csv",
+    "nsys/perlmutter-cloverleaf-cuda.sqlite", "nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite",
+]
+
+
+@pytest.mark.parametrize("rel", KERNEL_SAMPLES)
+def test_unclassified_share_of_kernel_time_below_5_percent(rel):
+    from mmprof.importers import import_paths
+
+    p = import_paths([SAMPLES / rel])
+    assert p.n("kernels") > 0
+    cov = coverage(list(p.col("kernels", "name", decode=True)), list(p.col("kernels", "dur_ns")))
+    print(f"{rel}: {cov.events} kernels, unclassified {100 * cov.unclassified_share:.2f}% of time")
+    assert cov.total_ns > 0
+    assert cov.unclassified_share < 0.05, cov.unclassified[:5]
+
+
+def test_samples_without_kernels_really_have_none():
+    from mmprof.importers import import_paths
+
+    for rel in ("kineto/benchmark_result_924719_1679055439_trace.json.gz",
+                "kineto/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"):
+        assert import_paths([SAMPLES / rel]).n("kernels") == 0
+
+
+def test_every_sample_file_is_covered():
+    listed = set(KERNEL_SAMPLES) | {"kineto/benchmark_result_924719_1679055439_trace.json.gz",
+                                    "kineto/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"}
+    found = {str(p.relative_to(SAMPLES)) for p in SAMPLES.rglob("*") if p.is_file() and p.suffix != ".md"
+             and "legacy" not in str(p) and p.name not in ("hip_runtime_trace.csv", "marker_api_trace.csv",
+                                                           "memory_copy_trace.csv", "rocpd-to-csv.csv")}
+    assert found == listed
+
+
+def test_h200_runtime_trace_kernels_classify():
+    """Kernels of the runtime's MoE layer recorded on the H200 (tests/data/kineto_own/README.md)."""
+    from mmprof.importers import import_paths
+
+    p = import_paths([DATA / "kineto_own" / "h200_probe.json.gz"])
+    df = classify_profile(p)
+    assert len(df) == p.n("kernels") > 100
+    names = p.col("kernels", "name", decode=True)
+    assert df["rule"].notna().all(), [n for n, r in zip(names, df["rule"]) if r is None]
+    by = {n: (f, lib) for n, f, lib in zip(names, df["family"], df["library"])}
+    grouped = [n for n in by if "GroupProblemShape" in n]
+    assert grouped and all(by[n] == ("grouped_gemm", "CUTLASS") for n in grouped)
+    nvjet = [n for n in by if n.startswith("nvjet_")]
+    assert nvjet and all(by[n] == ("gemm", "cuBLAS") for n in nvjet)
+    assert any(v == ("attention", "cuDNN") for v in by.values())
+    assert any(v == ("topk", "PyTorch") for v in by.values())
+    assert any(v == ("elementwise", "Triton") for v in by.values())
+
+
+def test_classify_profile_rows_align_with_kernels():
+    from tests.fastpath_fixtures import runtime_profile
+
+    p = runtime_profile(device="amd", steps=1)
+    df = classify_profile(p)
+    names = p.col("kernels", "name", decode=True)
+    assert len(df) == len(names)
+    for n, fam in zip(names, df["family"]):
+        assert fam == classify_name(n).family
+
+
+def test_classify_cli_json_and_names(capsys):
+    from mmprof.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["classify", str(DATA / "kineto_own" / "h200_probe.json.gz"), "--json"])
+    assert e.value.code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["source"] == "kernels" and doc["unclassified_share"] == 0.0
+    fams = {r["family"]: r["share"] for r in doc["by_family"]}
+    assert fams["grouped_gemm"] > 0.1 and abs(sum(fams.values()) - 1.0) < 1e-9
+    with pytest.raises(SystemExit) as e:
+        main(["classify", "--name", "fused_moe_kernel", "--name", "zzq_mystery", "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["family"] == "grouped_gemm" and rows[1]["rule"] is None
+
+
+def test_classify_cli_unclassified_table_and_cpu_profile(capsys, tmp_path):
+    from mmprof.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["classify", str(SAMPLES / "rocprofv3" / "rocpd" / "28_results.db"), "--unclassified"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "by family" in out and "Composable Kernel" in out and "unclassified: 0.00%" in out
+    with pytest.raises(SystemExit) as e:
+        main(["classify", str(DATA / "kineto_own" / "cpu_tiny_block.json.gz"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["source"] == "cpu_ops" and {r["family"] for r in doc["by_family"]} >= {"gemm", "activation"}
+
+
+def test_rules_dir_holds_the_builtin_files():
+    for f in BUILTIN_FILES:
+        assert (RULES_DIR / f).is_file()
+
+
+def test_classify_cli_lists_the_registry(capsys):
+    from mmprof.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["classify", "--list-rules", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert e.value.code == 0
+    assert len(doc["rules"]) == len(load_rules()) and doc["rules"][0]["id"] == load_rules().rules[0].id
+    assert [c["code"] for c in doc["checks"]] == [f"FP00{i}" for i in range(7)]
+
+
+def test_classify_cli_errors(capsys, tmp_path):
+    from mmprof.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["classify"])
+    assert e.value.code == 2 and "give a PROFILE" in capsys.readouterr().err
+    from mmprof.profiles.io import save_profile
+    from tests.fastpath_fixtures import empty_profile
+
+    save_profile(empty_profile(), tmp_path / "e.json")
+    with pytest.raises(SystemExit) as e:
+        main(["classify", str(tmp_path / "e.json")])
+    assert e.value.code == 2 and "no kernel events" in capsys.readouterr().err
