@@ -1,0 +1,438 @@
+"""Diff two profiles: what changed, not just what improved.
+
+    step time per phase        median step span before/after (slowest rank per step), with the change in %
+    category shares            the timeline breakdown (compute-bound, memory-bound, communication, memcpy,
+                               host-bound idle, other idle, unattributed) of the chosen phase, before/after
+    verdict                    the dominant category before and after: "the bottleneck moved from X to Y",
+                               or "still X" with the change in points
+    path changes               per region (scope role such as `moe.routed`), the kernel variants that vanished
+                               and appeared (e.g. a loop of GEMMs replaced by one grouped GEMM)
+    matched work               time per (region role, op family), so a changed kernel for the same op lines up
+                               even when its name changed; then top deltas by scope, by layer and by rank
+
+Times of events are per step of the phase (totals divided by the number of steps) so runs with different step
+counts compare; with no step markers they are totals. Vectorised: one groupby per table over integer codes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mmprof.analysis.timeline import (CATEGORIES, LABELS, NO_PHASE, Events, TimelineResult,
+                                      device_events, phase_labels, timeline)
+from mmprof.errors import NoEvidence
+
+NOUNS = {"compute_bound": "compute", "memory_bound": "memory bandwidth", "unattributed": "unattributed compute",
+         "communication": "communication", "memcpy": "memory copies", "idle_host": "launch/queue overhead",
+         "idle_other": "idle time (sync / dependencies)"}
+UNSCOPED = "(unscoped)"
+_LAYER = re.compile(r"(?:^|[./\s])layers?[._](\d+)(?:[._](.+))?$")
+_NOT_REGION = re.compile(r"^(mmprof\.(prefill|decode|step\.\d+)|ProfilerStep#\d+|## .* ##)$")
+MINOR_SHARE = 0.001  # variants below this share of a side's event time and count are not reported as path changes
+
+
+def region_of(scope: str | None) -> tuple[int, str]:
+    """(layer index or -1, region role) of a scope label: `layers.12.moe.routed` -> (12, 'moe.routed').
+
+    Used where `mmprof.analysis.regions` (which also reads scope paths, launching ops and module paths such as
+    `model.layers.3.mlp.experts`) is not available.
+    """
+    if not scope or _NOT_REGION.match(scope):
+        return -1, UNSCOPED
+    m = _LAYER.search(scope)
+    if m:
+        return int(m.group(1)), m.group(2) or "layer"
+    return -1, scope
+
+
+def event_regions(profile, ev: Events) -> tuple[np.ndarray, pd.Categorical]:
+    """(layer, role) per event: `mmprof.analysis.regions.attribute` where present, else the innermost scope.
+
+    Events whose annotations name no region keep their innermost scope label as the role (or `(unscoped)`).
+    """
+    n = len(ev)
+    try:
+        from mmprof.analysis.regions import attribute  # type: ignore
+    except ImportError:
+        attribute = None
+    sinv, su = pd.factorize(ev.scope)
+    fb = [region_of(profile.string(int(s))) for s in su]
+    layer = np.array([r[0] for r in fb], dtype=np.int64)[sinv] if n else np.zeros(0, np.int64)
+    role_u = np.array([r[1] for r in fb], dtype=object)
+    role = role_u[sinv] if n else np.array([], dtype=object)
+    if attribute is not None and ev.rows:
+        parts = [attribute(profile, t).iloc[rows] if len(rows) else None for t, rows in ev.rows.items()]
+        parts = [p for p in parts if p is not None]
+        if parts:
+            a = pd.concat(parts, ignore_index=True)
+            known = a["role"].notna().to_numpy()
+            layer = np.where(known, a["layer"].to_numpy(), layer)
+            role = np.where(known, a["role"].to_numpy(dtype=object), role)
+    return layer, pd.Categorical(role)
+
+
+@dataclass
+class StepChange:
+    phase: str
+    before_ns: float | None
+    after_ns: float | None
+    change: float | None      # relative, -0.2 = 20% faster
+    before_steps: int
+    after_steps: int
+    method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class CategoryChange:
+    category: str
+    label: str
+    before_share: float
+    after_share: float
+    before_ns: int
+    after_ns: int
+
+    @property
+    def delta_pp(self) -> float:
+        return 100.0 * (self.after_share - self.before_share)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "delta_pp": self.delta_pp}
+
+
+@dataclass
+class VariantTime:
+    family: str
+    variant: str
+    library: str | None
+    time_ns: float            # per step
+    count: float              # per step
+    example: str              # the kernel / op name with the most time
+    minor: bool = False       # under MINOR_SHARE of its side's event time
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class PathChange:
+    region: str
+    vanished: list[VariantTime]
+    appeared: list[VariantTime]
+
+    @property
+    def summary(self) -> str:
+        def fmt(vs: list[VariantTime]) -> str:
+            by_fam: dict[str, list[VariantTime]] = {}
+            for v in vs:
+                by_fam.setdefault(v.family, []).append(v)
+            parts = []
+            for fam, items in by_fam.items():
+                names = ", ".join(_short(v.variant) + (f" x{v.count:.0f}" if v.count >= 1.5 else "") for v in items[:3])
+                more = f" +{len(items) - 3} more" if len(items) > 3 else ""
+                libs = sorted({v.library for v in items if v.library})
+                parts.append(f"{fam} ({names}{more}{'; ' + ', '.join(libs) if libs else ''})")
+            return " + ".join(parts)
+
+        if self.vanished and self.appeared:
+            return f"{self.region}: {fmt(self.vanished)} -> {fmt(self.appeared)}"
+        if self.appeared:
+            return f"{self.region}: appeared {fmt(self.appeared)}"
+        return f"{self.region}: vanished {fmt(self.vanished)}"
+
+    @property
+    def weight(self) -> float:
+        return sum(v.time_ns for v in self.vanished) + sum(v.time_ns for v in self.appeared)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"region": self.region, "summary": self.summary, "vanished": [v.to_dict() for v in self.vanished],
+                "appeared": [v.to_dict() for v in self.appeared]}
+
+
+@dataclass
+class Delta:
+    key: str
+    before_ns: float
+    after_ns: float
+    before_detail: str = ""
+    after_detail: str = ""
+    before_count: float = 0.0     # events (kernels / ops) per step
+    after_count: float = 0.0
+
+    @property
+    def delta_ns(self) -> float:
+        return self.after_ns - self.before_ns
+
+    @property
+    def change(self) -> float | None:
+        return self.delta_ns / self.before_ns if self.before_ns else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "delta_ns": self.delta_ns, "change": self.change}
+
+
+@dataclass
+class DiffResult:
+    before: str
+    after: str
+    phase: str
+    rank: int | None
+    source: tuple[str, str]
+    steps: list[StepChange]
+    categories: list[CategoryChange]
+    dominant: tuple[str | None, str | None]
+    verdict: str
+    path_changes: list[PathChange]
+    matched: list[Delta]       # (region, family)
+    by_scope: list[Delta]
+    by_layer: list[Delta]
+    by_rank: list[Delta]       # median step span per rank
+    per_step: bool
+    layers: list[Delta] = field(default_factory=list)   # every layer, in order, for plots
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def moved(self) -> bool:
+        return self.dominant[0] != self.dominant[1]
+
+    def step(self, phase: str | None = None) -> StepChange | None:
+        return next((s for s in self.steps if s.phase == (phase or self.phase)), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"before": self.before, "after": self.after, "phase": self.phase, "rank": self.rank,
+                "source": list(self.source), "verdict": self.verdict, "moved": self.moved,
+                "dominant": {"before": self.dominant[0], "after": self.dominant[1]},
+                "steps": [s.to_dict() for s in self.steps], "categories": [c.to_dict() for c in self.categories],
+                "path_changes": [p.to_dict() for p in self.path_changes],
+                "matched": [d.to_dict() for d in self.matched], "by_scope": [d.to_dict() for d in self.by_scope],
+                "by_layer": [d.to_dict() for d in self.by_layer], "by_rank": [d.to_dict() for d in self.by_rank],
+                "layers": [d.to_dict() for d in self.layers],
+                "per_step": self.per_step, "notes": self.notes, "warnings": self.warnings}
+
+
+def _short(s: str, n: int = 60) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+@dataclass
+class _Side:
+    profile: Any
+    events: Events
+    tl: TimelineResult
+    phase_lab: np.ndarray
+    layer: np.ndarray
+    role: pd.Categorical
+
+
+def _side(profile) -> _Side:
+    ev = device_events(profile)
+    layer, role = event_regions(profile, ev)
+    return _Side(profile, ev, timeline(profile, ev), phase_labels(profile, ev.phase), layer, role)
+
+
+def _choose_phase(b: _Side, a: _Side, phase: str | None) -> tuple[str | None, list[str]]:
+    pb, pa = b.tl.phases, a.tl.phases
+    if phase is not None:
+        for side, ps in (("before", pb), ("after", pa)):
+            if phase not in ps:
+                raise NoEvidence(f"the {side} profile has no {phase!r} phase (it has: {', '.join(ps) or 'none'})")
+        return phase, []
+    common = [p for p in pb if p in pa]
+    if "decode" in common:
+        return "decode", []
+    if common:
+        return common[0], []
+    return None, [f"the two profiles share no phase ({', '.join(pb)} vs {', '.join(pa)}): comparing whole runs"]
+
+
+def _work(side: _Side, phase: str | None, rank: int | None) -> tuple[pd.DataFrame, int]:
+    """Event time with region, layer, family, variant, library, name; and the number of steps it covers."""
+    ev = side.events
+    m = np.ones(len(ev), dtype=bool)
+    if phase is not None:
+        m &= side.phase_lab == phase
+    if rank is not None:
+        m &= ev.rank == rank
+    idx = np.flatnonzero(m)
+    df = pd.DataFrame({
+        "rank": ev.rank[idx], "step": ev.step[idx],
+        "layer": side.layer[idx],
+        "role": side.role[idx],
+        "family": ev.family[idx].astype(str) if len(idx) else pd.Categorical([]),
+        "variant": ev.variant[idx], "library": ev.library[idx], "name": ev.name[idx],
+        "dur": ev.dur[idx].astype(np.float64)})
+    for c in ("family", "variant", "library"):
+        if not isinstance(df[c].dtype, pd.CategoricalDtype):
+            df[c] = df[c].astype("category")
+    steps = df.loc[df["step"] >= 0, "step"].nunique()
+    return df, int(steps)
+
+
+def _agg(df: pd.DataFrame, keys: list[str], norm: float) -> pd.DataFrame:
+    g = df.groupby(keys, observed=True, dropna=False)["dur"].agg(["sum", "count"])
+    g["sum"] /= norm
+    g["count"] /= norm
+    return g
+
+
+def _deltas(b: pd.DataFrame, a: pd.DataFrame, fmt=str, detail: dict | None = None, top: int | None = 15) -> list[Delta]:
+    j = b.add_suffix("_b").join(a.add_suffix("_a"), how="outer").fillna(0.0)
+    j["d"] = (j["sum_a"] - j["sum_b"]).abs()
+    if top is not None:
+        j = j.sort_values("d", ascending=False).head(top)
+    out = []
+    for k, row in j.iterrows():
+        db, da = (detail or {}).get(k, ("", ""))
+        out.append(Delta(fmt(k), float(row["sum_b"]), float(row["sum_a"]), db, da, float(row["count_b"]),
+                         float(row["count_a"])))
+    return out
+
+
+def _variants(df: pd.DataFrame, norm: float, total: float, prof) -> dict[str, dict[tuple, VariantTime]]:
+    """region -> {(family, variant, library): VariantTime}; `minor` marks variants under MINOR_SHARE of the time."""
+    g = df.groupby(["role", "family", "variant", "library", "name"], observed=True, dropna=False)["dur"].agg(["sum", "count"])
+    g = g.reset_index()
+    out: dict[str, dict[tuple, VariantTime]] = {}
+    if g.empty:
+        return out
+    n_events = float(len(df))
+    g = g.sort_values("sum", ascending=False)
+    agg = g.groupby(["role", "family", "variant", "library"], observed=True, dropna=False, sort=False).agg(
+        sum=("sum", "sum"), count=("count", "sum"), name=("name", "first"))
+    for (role, fam, var, lib), row in agg.iterrows():
+        lib = None if pd.isna(lib) else str(lib)
+        vt = VariantTime(str(fam), str(var), lib, float(row["sum"]) / norm, float(row["count"]) / norm,
+                         prof.string(int(row["name"])) or "?")
+        # minor by both time and count: one stalled op elsewhere must not hide a real path change
+        vt.minor = bool(total and row["sum"] / total < MINOR_SHARE and row["count"] / n_events < MINOR_SHARE)
+        out.setdefault(str(role), {})[(str(fam), str(var), lib)] = vt
+    return out
+
+
+def _path_changes(vb: dict, va: dict) -> list[PathChange]:
+    out = []
+    for region in sorted(set(vb) | set(va)):
+        kb, ka = vb.get(region, {}), va.get(region, {})
+        # a variant counts as vanished / appeared only when it is absent from the other side altogether;
+        # the ones with a negligible share of the time (`minor`) are not reported
+        vanished = sorted((v for k, v in kb.items() if k not in ka and not v.minor), key=lambda v: -v.time_ns)
+        appeared = sorted((v for k, v in ka.items() if k not in kb and not v.minor), key=lambda v: -v.time_ns)
+        if vanished or appeared:
+            out.append(PathChange(region, vanished, appeared))
+    return sorted(out, key=lambda p: -p.weight)
+
+
+def _verdict(phase: str, cats: list[CategoryChange], step: StepChange | None, dom: tuple) -> str:
+    parts = []
+    if step and step.before_ns and step.after_ns:
+        what = "step" if phase in (NO_PHASE, "whole run") else f"{phase} step"
+        parts.append(f"{what} {_fmt_ns(step.before_ns)} -> {_fmt_ns(step.after_ns)} ({step.change:+.1%})")
+    by = {c.category: c for c in cats}
+    b, a = dom
+    if b is None or a is None:
+        parts.append("no wall time to compare")
+    elif b != a:
+        cb, ca = by[b], by[a]
+        parts.append(f"{cb.label} {cb.before_share:.0%} -> {cb.after_share:.0%}, {ca.label} {ca.before_share:.0%} -> "
+                     f"{ca.after_share:.0%}: the bottleneck moved from {NOUNS[b]} to {NOUNS[a]}")
+    else:
+        c = by[a]
+        parts.append(f"the bottleneck is still {NOUNS[a]}: {c.label} {c.before_share:.0%} -> {c.after_share:.0%} "
+                     f"({c.delta_pp:+.0f} pp)")
+    return "; ".join(parts)
+
+
+def _fmt_ns(ns: float) -> str:
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"
+
+
+def diff_profiles(before, after, phase: str | None = None, rank: int | None = None,
+                  labels: tuple[str, str] = ("before", "after")) -> DiffResult:
+    """Compare two Profiles (see the module docstring). Raises NoEvidence when there is nothing to compare."""
+    b, a = _side(before), _side(after)
+    warnings = [w if w in a.events.warnings else f"before: {w}" for w in b.events.warnings]
+    warnings += [f"after: {w}" for w in a.events.warnings if w not in b.events.warnings]
+    warnings = list(dict.fromkeys(warnings))
+    notes = list(dict.fromkeys(b.events.notes + a.events.notes))
+    if b.events.source != a.events.source:
+        warnings.append(f"comparing a {b.events.source} profile with a {a.events.source} profile: categories differ in meaning")
+    if rank is not None:
+        for name, s in (("before", b), ("after", a)):
+            if rank not in s.tl.ranks:
+                raise NoEvidence(f"the {name} profile has no events on rank {rank} (ranks: {s.tl.ranks})")
+    ph, w = _choose_phase(b, a, phase)
+    warnings += w
+    phase_name = ph or "whole run"
+    # step time per shared phase
+    steps = []
+    for p in [p for p in b.tl.phases if p in a.tl.phases] or ([None] if ph is None else [ph]):
+        sb = b.tl.step_stats(p, rank) if p else _whole(b.tl, rank)
+        sa = a.tl.step_stats(p, rank) if p else _whole(a.tl, rank)
+        ch = (sa.median_ns / sb.median_ns - 1.0) if sb.median_ns and sa.median_ns else None
+        steps.append(StepChange(p or phase_name, sb.median_ns, sa.median_ns, ch, sb.steps, sa.steps, sb.method))
+    bb, ba = b.tl.breakdown(ph, rank), a.tl.breakdown(ph, rank)
+    if bb.span_ns == 0 or ba.span_ns == 0:
+        raise NoEvidence(f"no wall time in the {phase_name} phase of the {'before' if bb.span_ns == 0 else 'after'} "
+                         "profile: nothing to compare")
+    cats = [CategoryChange(c, LABELS[c], bb.share(c), ba.share(c), bb.time_ns[c], ba.time_ns[c]) for c in CATEGORIES]
+    dom = (bb.dominant, ba.dominant)
+    step = next((s for s in steps if s.phase == phase_name), None)
+    verdict = _verdict(phase_name, cats, step, dom)
+    # work matching
+    wb, nb = _work(b, ph, rank)
+    wa, na = _work(a, ph, rank)
+    per_step = nb > 0 and na > 0
+    nb, na = (nb, na) if per_step else (1, 1)
+    if not per_step:
+        notes.append("no step markers on both sides: event times are totals, not per step")
+    matched_b, matched_a = _agg(wb, ["role", "family"], nb), _agg(wa, ["role", "family"], na)
+    vb = _variants(wb, nb, float(wb["dur"].sum()), before)
+    va = _variants(wa, na, float(wa["dur"].sum()), after)
+    detail = {}
+    for key in set(matched_b.index) | set(matched_a.index):
+        role, fam = str(key[0]), str(key[1])
+        detail[key] = tuple(", ".join(_short(v.variant, 40) for v in sorted(
+            (v for (f, _, _), v in side.get(role, {}).items() if f == fam), key=lambda v: -v.time_ns)[:2])
+            for side in (vb, va))
+    matched = _deltas(matched_b, matched_a, lambda k: f"{k[0]} / {k[1]}", detail)
+    by_scope = _deltas(_agg(wb, ["role"], nb), _agg(wa, ["role"], na), lambda k: str(k[0] if isinstance(k, tuple) else k),
+                       top=None)
+    lb, la = _agg(wb, ["layer"], nb), _agg(wa, ["layer"], na)
+    lay_fmt = lambda k: (f"layer {k}" if int(k) >= 0 else "(no layer)")  # noqa: E731
+    by_layer = _deltas(lb, la, lay_fmt)
+    layers = sorted(_deltas(lb, la, lay_fmt, top=None), key=lambda d: (d.key == "(no layer)", int(d.key.split()[-1]) if d.key != "(no layer)" else 0))
+    by_rank = []
+    for r in sorted(set(b.tl.ranks) | set(a.tl.ranks)):
+        if rank is not None and r != rank:
+            continue
+        sb = b.tl.step_stats(ph, r) if ph else _whole(b.tl, r)
+        sa = a.tl.step_stats(ph, r) if ph else _whole(a.tl, r)
+        by_rank.append(Delta(f"rank {r}", sb.median_ns or 0.0, sa.median_ns or 0.0))
+    return DiffResult(labels[0], labels[1], phase_name, rank, (b.events.source, a.events.source), steps, cats, dom,
+                      verdict, _path_changes(vb, va), matched, by_scope, by_layer, by_rank, per_step, layers,
+                      notes, warnings)
+
+
+def _whole(tl: TimelineResult, rank: int | None):
+    from mmprof.analysis.timeline import StepStats
+
+    w = tl.windows if rank is None else tl.windows[tl.windows["rank"] == rank]
+    if w.empty:
+        return StepStats(NO_PHASE, 0, None, None, 0, "no events")
+    per_rank = w.groupby("rank")["span_ns"].sum()
+    return StepStats(NO_PHASE, 1, float(per_rank.max()), float(per_rank.max()), int(per_rank.max()),
+                     "sum of window spans of the slowest rank (phases differ)")

@@ -1,0 +1,196 @@
+"""`mmprof report`: the bottleneck breakdown of one profile, per phase and rank, plus the built-in checks.
+
+Per phase (prefill, decode; "all" when the profile has no phases), for all ranks together and for each rank:
+the timeline category breakdown, the step time, the top kernels with their bound and efficiency, the launch
+analysis, and a one-line bottleneck statement such as
+"decode is memory-bound: 61% of the wall time in memory-bound kernels at 48% of peak bandwidth".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mmprof.analysis.launch import LaunchStats, launch_analysis
+from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, summarise_bounds
+from mmprof.analysis.timeline import (CAT_COMM, CAT_MEMCPY, NO_PHASE, Breakdown, Events, StepStats, device_events,
+                                      phase_labels, timeline)
+from mmprof.errors import MmprofError
+
+TOP_KERNELS = 10
+
+
+@dataclass
+class KernelRow:
+    name: str
+    family: str
+    variant: str
+    count: int
+    time_ns: int
+    share: float                  # of the phase's summed event time
+    bound: str                    # compute, memory, communication, memcpy, unknown
+    efficiency: float | None      # of the bounding peak, time-weighted
+    tflops: float | None          # achieved TFLOP/s
+    tbs: float | None             # achieved TB/s
+    intensity: float | None = None  # FLOP per byte of the ops' shapes
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class PhaseReport:
+    phase: str
+    rank: int | None              # None: all ranks together
+    breakdown: Breakdown
+    step: StepStats
+    bounds: BoundSummary
+    bottleneck: str
+    top_kernels: list[KernelRow]
+    launch: LaunchStats | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"phase": self.phase, "rank": self.rank, "breakdown": self.breakdown.to_dict(),
+                "step": self.step.to_dict(), "bounds": self.bounds.to_dict(), "bottleneck": self.bottleneck,
+                "top_kernels": [k.to_dict() for k in self.top_kernels],
+                "launch": self.launch.to_dict() if self.launch else None}
+
+
+@dataclass
+class Report:
+    source: str
+    devices: dict[int, str | None]     # rank -> peak table entry used (None: no roofline)
+    phases: list[PhaseReport]          # all ranks together
+    per_rank: list[PhaseReport]
+    checks: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "devices": self.devices, "phases": [p.to_dict() for p in self.phases],
+                "per_rank": [p.to_dict() for p in self.per_rank], "checks": self.checks, "notes": self.notes,
+                "warnings": self.warnings}
+
+
+def bottleneck_statement(phase: str, br: Breakdown, bounds: BoundSummary, source: str = "kernels") -> str:
+    """One line naming the dominant category of a phase, with the efficiency of the bound where known."""
+    dom = br.dominant
+    phase = "the run" if phase == NO_PHASE else phase
+    if dom is None:
+        return f"{phase}: no wall time"
+    s = br.share(dom)
+    dev = "GPU" if source == "kernels" else "CPU"
+    if dom == "compute_bound":
+        eff = f" at {bounds.compute_eff:.0%} of peak FLOP/s" if bounds.compute_eff is not None else ""
+        return f"{phase} is compute-bound: {s:.0%} of the wall time in compute-bound kernels{eff}"
+    if dom == "memory_bound":
+        eff = f" at {bounds.memory_eff:.0%} of peak bandwidth" if bounds.memory_eff is not None else ""
+        return f"{phase} is memory-bound: {s:.0%} of the wall time in memory-bound kernels{eff}"
+    if dom == "communication":
+        ov = br.comm_overlapped_ns / br.comm_total_ns if br.comm_total_ns else 0.0
+        return (f"{phase} is communication-bound: {s:.0%} of the wall time in exposed communication "
+                f"({ov:.0%} of all communication overlapped with compute)")
+    if dom == "memcpy":
+        return f"{phase} is copy-bound: {s:.0%} of the wall time in memory copies"
+    if dom == "idle_host":
+        if source != "kernels":
+            return f"{phase} is host-overhead-bound: {s:.0%} of the wall time between ops (Python / framework)"
+        return f"{phase} is launch-bound: the {dev} idles {s:.0%} of the wall time waiting for kernel launches"
+    if dom == "idle_other":
+        return (f"{phase} is idle-bound: the {dev} idles {s:.0%} of the wall time with work already launched "
+                "(synchronisation or dependencies)")
+    return (f"{phase}: {s:.0%} of the wall time is in work with no roofline (no shapes or no device peak), "
+            "so no bound can be named")
+
+
+def _top_kernels(profile, ev: Events, m: np.ndarray, n: int = TOP_KERNELS) -> list[KernelRow]:
+    idx = np.flatnonzero(m)
+    if not len(idx):
+        return []
+    roof = ev.roof
+    dur = ev.dur[idx].astype(np.float64)
+    b = roof.bound[idx]
+    cat = ev.cat[idx]
+    eff = np.nan_to_num(roof.efficiency[idx]) * dur
+    df = pd.DataFrame({"name": ev.name[idx], "dur": dur, "fl": np.nan_to_num(roof.flops[idx]),
+                       "by": np.nan_to_num(roof.bytes[idx]), "c": (b == BOUND_COMPUTE) * dur,
+                       "mem": (b == BOUND_MEMORY) * dur, "comm": (cat == CAT_COMM) * dur,
+                       "cp": (cat == CAT_MEMCPY) * dur, "eff": eff, "has": (b >= 0) * dur, "i": idx})
+    g = df.groupby("name").agg(dur=("dur", "sum"), n=("dur", "size"), fl=("fl", "sum"), by=("by", "sum"),
+                               c=("c", "sum"), mem=("mem", "sum"), comm=("comm", "sum"), cp=("cp", "sum"),
+                               eff=("eff", "sum"), has=("has", "sum"), i=("i", "first"))
+    total = float(dur.sum())
+    out = []
+    for name, r in g.sort_values("dur", ascending=False).head(n).iterrows():
+        shares = {"compute": r["c"], "memory": r["mem"], "communication": r["comm"], "memcpy": r["cp"]}
+        bound = max(shares, key=shares.get) if max(shares.values()) > 0 else "unknown"
+        secs = r["dur"] * 1e-9
+        has = r["has"] > 0
+        out.append(KernelRow(profile.string(int(name)) or "?", str(ev.family[int(r["i"])]),
+                             str(ev.variant[int(r["i"])]), int(r["n"]), int(r["dur"]),
+                             float(r["dur"] / total) if total else 0.0, bound,
+                             float(r["eff"] / r["has"]) if has else None,
+                             float(r["fl"] / secs / 1e12) if has and secs else None,
+                             float(r["by"] / secs / 1e12) if has and secs else None,
+                             float(r["fl"] / r["by"]) if has and r["by"] > 0 else None))
+    return out
+
+
+def _checks(profile) -> dict[str, Any]:
+    """The built-in fast-path checks (`mmprof.analysis.fastpath.verify` with the default spec), summarised.
+
+    'checks: not available' when that module is missing; a check with nothing to judge stays "no evidence".
+    """
+    try:
+        from mmprof.analysis.fastpath import verify  # type: ignore
+    except ImportError:
+        return {"available": False, "summary": "checks: not available"}
+    try:
+        res = verify(profile)
+    except MmprofError as e:
+        return {"available": True, "summary": f"checks: could not run ({e})"}
+    counts = res.counts()
+    failing = [f"{r.code} {r.message}" for r in res.results if r.status == "fail"]
+    summary = (f"checks ({res.spec_id}): {counts['pass']} pass, {counts['fail']} fail, "
+               f"{counts['no_evidence']} no evidence")
+    if failing:
+        summary += "; failing: " + "; ".join(failing[:3]) + (" ..." if len(failing) > 3 else "")
+    return {"available": True, "summary": summary, "status": res.status, "counts": counts,
+            "results": [{"code": r.code, "status": r.status, "message": r.message} for r in res.results]}
+
+
+def build_report(profile, phase: str | None = None, rank: int | None = None, top: int = TOP_KERNELS) -> Report:
+    """The report of one Profile; `phase`/`rank` restrict it."""
+    ev = device_events(profile)
+    tl = timeline(profile, ev)
+    la = launch_analysis(profile, ev, tl)
+    phases = tl.phases if phase is None else [phase]
+    if phase is not None and phase not in tl.phases:
+        from mmprof.errors import NoEvidence
+
+        raise NoEvidence(f"the profile has no {phase!r} phase (it has: {', '.join(tl.phases)})")
+    ranks = tl.ranks if rank is None else [rank]
+    if rank is not None and rank not in tl.ranks:
+        from mmprof.errors import NoEvidence
+
+        raise NoEvidence(f"the profile has no events on rank {rank} (ranks: {tl.ranks})")
+    lab = phase_labels(profile, ev.phase)
+
+    def one(ph: str, r: int | None) -> PhaseReport:
+        m = lab == ph
+        if r is not None:
+            m = m & (ev.rank == r)
+        br = tl.breakdown(ph, r)
+        bounds = summarise_bounds(ev.roof, ev.dur, ev.rank, m)
+        ls = la.phase(ph) if r is None else launch_analysis(profile, ev, tl, rank=r).phase(ph)
+        return PhaseReport(ph, r, br, tl.step_stats(ph, r), bounds, bottleneck_statement(ph, br, bounds, ev.source),
+                           _top_kernels(profile, ev, m, top), ls)
+
+    agg = [one(ph, rank) for ph in phases]
+    per_rank = [one(ph, r) for ph in phases for r in ranks] if len(ranks) > 1 else []
+    devices = {r: (p.name if p else None) for r, p in (ev.roof.peaks.items() if ev.roof else [])}
+    return Report(ev.source, devices, agg, per_rank, _checks(profile), list(tl.notes),
+                  list(dict.fromkeys(tl.warnings + la.warnings)))

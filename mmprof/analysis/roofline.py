@@ -1,0 +1,166 @@
+"""Roofline from shapes: per device event, FLOPs and bytes of its op, achieved rates, and the bound.
+
+A kernel's op is `kernels.op` (the innermost CPU op that launched it, carrying input shapes). When one op launched
+several kernels, the op's FLOPs and bytes are shared among them in proportion to duration, so every kernel of the
+op gets the op's arithmetic intensity and the op's achieved rate. The bound compares the intensity with the
+device's ridge point for the op's dtype (bf16/fp16, fp8, fp32). No shapes, an op not covered by
+`mmprof.analysis.flops`, or no device peak: the bound is unknown ("unattributed compute"), never guessed.
+
+Vectorised: FLOPs are computed once per distinct (op name, input_dims, input_types) and broadcast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mmprof.analysis.flops import cost_from_text
+from mmprof.hardware import Peak, profile_peaks
+
+BOUND_COMPUTE, BOUND_MEMORY, BOUND_UNKNOWN = 0, 1, -1
+_DTYPES = ("bf16", "fp8", "fp32")
+
+
+@dataclass
+class Roofline:
+    """Arrays aligned with the events (kernels, or CPU ops for a CPU run). NaN / -1 where unknown."""
+
+    flops: np.ndarray
+    bytes: np.ndarray
+    intensity: np.ndarray
+    bound: np.ndarray          # int8: 0 compute-bound, 1 memory-bound, -1 unknown
+    achieved_flops: np.ndarray  # FLOP/s
+    achieved_bytes: np.ndarray  # bytes/s
+    efficiency: np.ndarray     # achieved / peak of the bounding resource, 0..1+
+    peaks: dict[int, Peak | None]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        known = self.bound >= 0
+        return {"events": int(len(self.bound)), "with_bound": int(known.sum()),
+                "compute_bound": int((self.bound == BOUND_COMPUTE).sum()),
+                "memory_bound": int((self.bound == BOUND_MEMORY).sum()),
+                "peaks": {r: (p.to_dict() if p else None) for r, p in self.peaks.items()},
+                "warnings": self.warnings}
+
+
+def _unique_triples(profile, op_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(unique op rows standing for each distinct (name, dims, types), inverse mapping op_idx -> unique slot)."""
+    names = profile.tables["ops"]["name"].astype(np.int64)
+    dims = profile.tables["ops"]["input_dims"].astype(np.int64)
+    types = profile.tables["ops"]["input_types"].astype(np.int64)
+    n = len(profile.strings) + 1
+    if n ** 3 < 2 ** 62:
+        key = (names[op_idx] + 1) + n * ((dims[op_idx] + 1) + n * (types[op_idx] + 1))
+        inv, uniq = pd.factorize(key)
+        first = np.empty(len(uniq), dtype=np.int64)
+        first[inv] = np.arange(len(inv))  # any occurrence stands for its triple
+    else:  # pragma: no cover - only with billions of strings
+        trip = np.stack([names[op_idx], dims[op_idx], types[op_idx]], axis=1)
+        _, first, inv = np.unique(trip, axis=0, return_index=True, return_inverse=True)
+    return op_idx[first], inv.reshape(-1)
+
+
+def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.ndarray,
+                   eligible: np.ndarray | None = None) -> Roofline:
+    """Roofline of events (kernels or CPU ops) given their op row, duration and rank.
+
+    `eligible` masks events that may get a bound (communication and copies are categorised elsewhere).
+    """
+    n = len(op_idx)
+    flops = np.full(n, np.nan)
+    byts = np.full(n, np.nan)
+    dcls = np.full(n, -1, dtype=np.int8)
+    peaks, warnings = profile_peaks(profile)
+    has = op_idx >= 0
+    if eligible is not None:
+        has &= eligible
+    idx = np.flatnonzero(has)
+    if len(idx):
+        rows, inv = _unique_triples(profile, op_idx[idx])
+        names = profile.col("ops", "name")
+        dims = profile.col("ops", "input_dims")
+        types = profile.col("ops", "input_types")
+        u_fl = np.full(len(rows), np.nan)
+        u_by = np.full(len(rows), np.nan)
+        u_dc = np.full(len(rows), -1, dtype=np.int8)
+        for j, r in enumerate(rows.tolist()):
+            c = cost_from_text(profile.string(names[r]), profile.string(dims[r]), profile.string(types[r]))
+            if c is not None and c.bytes > 0:
+                u_fl[j], u_by[j] = c.flops, c.bytes
+                u_dc[j] = _DTYPES.index(c.dtype_class) if c.dtype_class in _DTYPES else -1
+        # share each op's work among its kernels by duration
+        ops_of = op_idx[idx]
+        tot = np.bincount(ops_of, weights=dur_ns[idx].astype(np.float64), minlength=profile.n("ops"))
+        cnt = np.bincount(ops_of, minlength=profile.n("ops"))
+        denom = tot[ops_of]
+        share = np.where(denom > 0, dur_ns[idx] / np.where(denom > 0, denom, 1), 1.0 / cnt[ops_of])
+        flops[idx] = u_fl[inv] * share
+        byts[idx] = u_by[inv] * share
+        dcls[idx] = u_dc[inv]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intensity = flops / byts
+        secs = dur_ns.astype(np.float64) * 1e-9
+        ach_f = np.where(secs > 0, flops / secs, np.nan)
+        ach_b = np.where(secs > 0, byts / secs, np.nan)
+    bound = np.full(n, BOUND_UNKNOWN, dtype=np.int8)
+    eff = np.full(n, np.nan)
+    # peak arrays per event: by rank and dtype class
+    rinv, ranks_u = pd.factorize(rank) if n else (np.array([], dtype=np.int64), np.array([], dtype=np.int64))
+    ranks_u = np.asarray(ranks_u)
+    pf = np.full((len(ranks_u), len(_DTYPES)), np.nan)
+    pb = np.full(len(ranks_u), np.nan)
+    for i, r in enumerate(ranks_u.tolist()):
+        p = peaks.get(r)
+        if p is None and r not in peaks:
+            p, w = None, None
+        if p is not None:
+            pb[i] = p.bytes_per_s or np.nan
+            for k, d in enumerate(_DTYPES):
+                v = p.flops_per_s(d)
+                pf[i, k] = np.nan if v is None else v
+    ok = (dcls >= 0) & np.isfinite(intensity)
+    if ok.any():
+        e_pf = np.full(n, np.nan)
+        e_pf[ok] = pf[rinv[ok], dcls[ok]]
+        e_pb = pb[rinv]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ridge = e_pf / e_pb
+            valid = ok & np.isfinite(ridge)
+            comp = valid & (intensity >= ridge)
+            mem = valid & (intensity < ridge)
+            bound[comp] = BOUND_COMPUTE
+            bound[mem] = BOUND_MEMORY
+            eff[comp] = ach_f[comp] / e_pf[comp]
+            eff[mem] = ach_b[mem] / e_pb[mem]
+    return Roofline(flops, byts, intensity, bound, ach_f, ach_b, eff, peaks, warnings)
+
+
+@dataclass
+class BoundSummary:
+    """Time by bound for a set of events, and the efficiency of each bound (time-weighted)."""
+
+    compute_ns: int
+    memory_ns: int
+    unknown_ns: int
+    compute_eff: float | None   # achieved FLOP/s over peak, aggregated over compute-bound events
+    memory_eff: float | None    # achieved bytes/s over peak, aggregated over memory-bound events
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def summarise_bounds(roof: Roofline, dur_ns: np.ndarray, rank: np.ndarray, mask: np.ndarray | None = None) -> BoundSummary:
+    """Aggregate time by bound, with efficiency = sum(work) / sum(time) / peak (per rank peak)."""
+    m = np.ones(len(dur_ns), dtype=bool) if mask is None else mask
+    b = roof.bound
+    d = dur_ns.astype(np.float64)
+    comp, mem = m & (b == BOUND_COMPUTE), m & (b == BOUND_MEMORY)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # efficiency weighted by time: sum(eff_i * t_i) / sum(t_i) == sum(work_i / peak_i) / sum(t_i)
+        ce = float(np.nansum(roof.efficiency[comp] * d[comp]) / d[comp].sum()) if comp.any() else None
+        me = float(np.nansum(roof.efficiency[mem] * d[mem]) / d[mem].sum()) if mem.any() else None
+    return BoundSummary(int(d[comp].sum()), int(d[mem].sum()), int(d[m & (b == BOUND_UNKNOWN)].sum()), ce, me)

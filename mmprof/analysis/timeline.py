@@ -1,0 +1,462 @@
+"""GPU timeline per rank by interval union: where the wall time of each phase / step went.
+
+Every instant of a window (one rank, one phase, one step; the window spans its first event start to its last
+event end) falls in exactly one category, so the shares add up to 100% of the wall span:
+
+    compute_bound, memory_bound, unattributed  busy with compute kernels (by the roofline of the op's shapes;
+                                               "unattributed" when there is no shape or no device peak)
+    communication                              busy with communication only (exposed communication)
+    memcpy                                     busy with copies only (memcpy/memset table + copy kernels)
+    idle_host                                  nothing runs and the launch call of the next kernel had not
+                                               returned when the GPU went idle: the GPU waits for the host
+                                               (launch / queueing overhead)
+    idle_other                                 nothing runs although the next kernel was already launched
+                                               (synchronisation, dependencies) or with no launch evidence
+
+Overlapping streams are counted once: at each instant the highest category in the order above wins, so
+communication overlapped with compute counts as compute (reported separately as `comm_overlapped_ns`).
+
+Events outside every phase ("other") and events of a phase outside all of its steps are scattered across the run
+(set-up, sampling between steps): their windows count busy time only, no idle.
+
+CPU-run profiles (no kernels): the device events are the CPU ops of each rank's busiest thread; an op's own
+(self) time is its category's, and the gaps between top-level ops (Python / framework time) are idle_host.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mmprof.analysis.flops import op_family
+from mmprof.errors import MmprofError
+from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
+
+CATEGORIES = ("compute_bound", "memory_bound", "unattributed", "communication", "memcpy", "idle_host", "idle_other")
+LABELS = {"compute_bound": "compute-bound", "memory_bound": "memory-bound", "unattributed": "unattributed compute",
+          "communication": "communication", "memcpy": "memcpy", "idle_host": "idle: host-bound (launch/queue)",
+          "idle_other": "idle: other"}
+CAT_COMPUTE, CAT_MEMORY, CAT_UNATTR, CAT_COMM, CAT_MEMCPY = range(5)
+_BUSY = 5
+NO_PHASE = "all"
+
+_COMM_NAME = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|all_to_all|"
+                        r"cross_device_reduce|quick_?reduce|custom_?ar|broadcast", re.I)
+
+
+def codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(unique values, inverse) of an integer array, hash-based (order of first appearance)."""
+    inv, uniq = pd.factorize(arr)
+    return np.asarray(uniq), inv.astype(np.int64)
+
+
+def kernel_classes(profile, table: str = "kernels") -> tuple[np.ndarray, pd.DataFrame, bool, str | None]:
+    """(inverse: row -> unique name, classification per unique name, is it the real classifier, warning).
+
+    Uses `mmprof.analysis.classify` (each distinct name classified once). Where that module is missing or its
+    rules cannot be read, a stand-in recognises only communication kernels by name (nccl/rccl/all-reduce...)
+    and leaves every other kernel `unclassified`, with a warning. An empty variant becomes the kernel name.
+    """
+    uniq, inv = codes(profile.tables[table]["name"])
+    uniq_names = np.array([profile.string(int(u)) or "?" for u in uniq], dtype=object)
+    warning = None
+    df = None
+    try:
+        from mmprof.analysis import classify as _classify  # type: ignore
+    except ImportError:
+        _classify = None
+        warning = "kernel classification (mmprof.analysis.classify) is not available"
+    if _classify is not None:
+        try:
+            df = _classify.classify_names(list(uniq_names)).reset_index(drop=True)
+        except MmprofError as e:
+            warning = f"kernel classification failed ({e})"
+    if df is not None and len(df) == len(uniq):
+        df = df.astype(object)
+        var = df["variant"].to_numpy()
+        missing = pd.isna(var)
+        if missing.any():
+            var = var.copy()
+            var[missing] = uniq_names[missing]
+            df["variant"] = var
+        return inv, df, True, None
+    fam = ["communication" if _COMM_NAME.search(s) else "unclassified" for s in uniq_names]
+    df = pd.DataFrame({"family": fam, "variant": uniq_names, "library": [None] * len(uniq),
+                       "path": ["neutral"] * len(uniq), "rule": [None] * len(uniq)}, dtype=object)
+    return inv, df, False, (warning or "kernel classification unavailable") + (
+        ": only communication kernels are recognised, by name; other kernels are 'unclassified'")
+
+
+@dataclass
+class Events:
+    """Device events of a profile, ready for timeline / diff: one row per kernel or memcpy (GPU), or per op (CPU)."""
+
+    source: str                  # "kernels" or "cpu_ops"
+    rank: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    dur: np.ndarray              # time attributed to the event (kernel duration; an op's self time on CPU)
+    cat: np.ndarray              # int8 CAT_* code
+    family: pd.Categorical
+    variant: pd.Categorical
+    library: pd.Categorical
+    name: np.ndarray             # string ids of the kernel / op name
+    scope: np.ndarray            # string ids
+    phase: np.ndarray            # string ids
+    step: np.ndarray
+    launch_end: np.ndarray       # end of the launching API call, -1 unknown
+    launch_start: np.ndarray
+    root: np.ndarray             # bool: counts toward the window span (all GPU events; top-level CPU ops)
+    roof: Roofline | None
+    classified: bool
+    rows: dict[str, np.ndarray] = field(default_factory=dict)   # source table -> its row of each event, in order
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+
+def expand(values_per_unique, inv: np.ndarray) -> pd.Categorical:
+    """A Categorical with one entry per event from values given per unique key (`inv` maps event -> key)."""
+    vals = pd.Series(list(values_per_unique), dtype=object)
+    c, cats = pd.factorize(vals, use_na_sentinel=True)
+    return pd.Categorical.from_codes(c[inv] if len(inv) else np.zeros(0, np.int64), categories=cats)
+
+
+def device_events(profile) -> Events:
+    """Build the events of a profile (kernels + memcpy on GPU; CPU ops for a CPU-only profile)."""
+    if profile.n("kernels") == 0 and profile.n("memcpy") == 0:
+        if profile.n("ops") == 0:
+            from mmprof.errors import NoEvidence
+
+            raise NoEvidence("profile has no kernels, copies or CPU ops: nothing to put on a timeline")
+        return _cpu_events(profile)
+    return _gpu_events(profile)
+
+
+def _gpu_events(profile) -> Events:
+    K, M = profile.tables["kernels"], profile.tables["memcpy"]
+    nk, nm = profile.n("kernels"), profile.n("memcpy")
+    inv, cls, real, cls_warning = kernel_classes(profile)
+    fam_u = cls["family"].astype(str).to_numpy()
+    comm = (fam_u == "communication")[inv] if nk else np.zeros(0, bool)
+    copy = np.isin(fam_u, ["copy", "memcpy"])[inv] if nk else np.zeros(0, bool)
+    ck = profile.tables["collectives"]["kernel"]
+    ck = ck[(ck >= 0) & (ck < nk)]
+    comm[ck] = True
+    eligible = ~(comm | copy)
+    roof = event_roofline(profile, K["op"], K["dur_ns"], K["rank"], eligible)
+    kcat = np.full(nk, CAT_UNATTR, dtype=np.int8)
+    kcat[roof.bound == BOUND_COMPUTE] = CAT_COMPUTE
+    kcat[roof.bound == BOUND_MEMORY] = CAT_MEMORY
+    kcat[copy] = CAT_MEMCPY
+    kcat[comm] = CAT_COMM
+    L = profile.tables["launches"]
+    nl = profile.n("launches")
+
+    def launch_times(ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ok = (ref >= 0) & (ref < nl)
+        ls = np.full(len(ref), -1, dtype=np.int64)
+        le = np.full(len(ref), -1, dtype=np.int64)
+        ls[ok] = L["start_ns"][ref[ok]]
+        le[ok] = L["start_ns"][ref[ok]] + L["dur_ns"][ref[ok]]
+        return ls, le
+
+    kls, kle = launch_times(K["launch"])
+    mls, mle = launch_times(M["launch"])
+    # memcpy rows become extra "unique names" at the end of the per-unique tables
+    mk_u, mk_inv = codes(M["kind"])
+    mk_names = [profile.string(int(u)) or "memcpy" for u in mk_u]
+    inv_all = np.concatenate([inv, len(cls) + mk_inv])
+    family = expand(list(cls["family"]) + ["memcpy"] * len(mk_u), inv_all)
+    variant = expand(list(cls["variant"]) + mk_names, inv_all)
+    library = expand(list(cls["library"]) + [None] * len(mk_u), inv_all)
+    n = nk + nm
+    if nm:  # the memcpy table has no roofline: pad the kernel roofline with unknowns
+        pad = lambda a, v: np.concatenate([a, np.full(nm, v, dtype=a.dtype)])  # noqa: E731
+        roof = Roofline(pad(roof.flops, np.nan), pad(roof.bytes, np.nan), pad(roof.intensity, np.nan),
+                        pad(roof.bound, -1), pad(roof.achieved_flops, np.nan), pad(roof.achieved_bytes, np.nan),
+                        pad(roof.efficiency, np.nan), roof.peaks, roof.warnings)
+    start = np.concatenate([K["start_ns"], M["start_ns"]])
+    dur = np.concatenate([K["dur_ns"], M["dur_ns"]])
+    ev = Events(
+        source="kernels", rank=np.concatenate([K["rank"], M["rank"]]), start=start, end=start + dur, dur=dur,
+        cat=np.concatenate([kcat, np.full(nm, CAT_MEMCPY, dtype=np.int8)]),
+        family=family, variant=variant, library=library,
+        name=np.concatenate([K["name"], M["name"]]), scope=np.concatenate([K["scope"], M["scope"]]),
+        phase=np.concatenate([K["phase"], M["phase"]]), step=np.concatenate([K["step"], M["step"]]),
+        launch_end=np.concatenate([kle, mle]), launch_start=np.concatenate([kls, mls]),
+        root=np.ones(n, dtype=bool), roof=roof, classified=real, warnings=list(roof.warnings),
+        rows={"kernels": np.arange(nk), "memcpy": np.arange(nm)})
+    if cls_warning:
+        ev.warnings.append(cls_warning)
+    return ev
+
+
+def _nest(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Parent index of each interval within one thread (intervals nest), -1 for top level."""
+    order = np.lexsort((-end, start))
+    parent = np.full(len(start), -1, dtype=np.int64)
+    stack: list[int] = []
+    for i in order.tolist():
+        while stack and end[stack[-1]] <= start[i]:
+            stack.pop()
+        if stack and end[i] <= end[stack[-1]]:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return parent
+
+
+def _cpu_events(profile) -> Events:
+    O = profile.tables["ops"]
+    rank, tid, start, dur = O["rank"], O["tid"], O["start_ns"], O["dur_ns"]
+    # the busiest thread of each rank (by top-level op time) is the one whose ops form the timeline
+    parent = O["parent"].copy()
+    if profile.n("ops") and (parent < 0).all():
+        for key in np.unique(np.stack([rank, tid], axis=1), axis=0):
+            idx = np.flatnonzero((rank == key[0]) & (tid == key[1]))
+            p = _nest(start[idx], start[idx] + dur[idx])
+            parent[idx] = np.where(p >= 0, idx[np.clip(p, 0, None)], -1)
+    top = parent < 0
+    df = pd.DataFrame({"rank": rank, "tid": tid, "d": np.where(top, dur, 0)})
+    busiest = df.groupby(["rank", "tid"])["d"].sum().reset_index().sort_values("d").groupby("rank").tail(1)
+    keep = pd.MultiIndex.from_frame(df[["rank", "tid"]]).isin(pd.MultiIndex.from_frame(busiest[["rank", "tid"]]))
+    idx = np.flatnonzero(keep)
+    child_time = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=len(dur))
+    self_t = np.maximum(dur - child_time.astype(np.int64), 0)
+    names = profile.col("ops", "name")
+    uniq, inv = codes(names[idx])
+    fam_u = np.array([op_family(profile.string(int(u))) or "other" for u in uniq], dtype=object)
+    fam = fam_u[inv] if len(idx) else np.array([], dtype=object)
+    comm = fam == "communication"
+    copy = fam == "copy"
+    roof = event_roofline(profile, idx, self_t[idx], rank[idx], ~(comm | copy))
+    cat = np.full(len(idx), CAT_UNATTR, dtype=np.int8)
+    cat[roof.bound == BOUND_COMPUTE] = CAT_COMPUTE
+    cat[roof.bound == BOUND_MEMORY] = CAT_MEMORY
+    cat[copy] = CAT_MEMCPY
+    cat[comm] = CAT_COMM
+    var_u = [profile.string(int(u)) or "?" for u in uniq]
+    n = len(idx)
+    ev = Events(
+        source="cpu_ops", rank=rank[idx], start=start[idx], end=start[idx] + dur[idx], dur=self_t[idx], cat=cat,
+        family=expand(fam_u, inv), variant=expand(var_u, inv), library=expand(["aten"] * len(uniq), inv),
+        name=names[idx],
+        scope=O["scope"][idx], phase=O["phase"][idx], step=O["step"][idx],
+        launch_end=np.full(n, -1, dtype=np.int64), launch_start=np.full(n, -1, dtype=np.int64),
+        root=top[idx], roof=roof, classified=True, warnings=list(roof.warnings), rows={"ops": idx})
+    ev.notes.append("CPU-run profile (no GPU kernels): the CPU ops of each rank's busiest thread are the device "
+                    "events; an op's self time goes to its category and the gaps between top-level ops "
+                    "(Python / framework overhead) count as host-bound idle")
+    return ev
+
+
+@dataclass
+class Breakdown:
+    """Wall time of a set of windows split into CATEGORIES (ns); the categories sum to `span_ns`."""
+
+    span_ns: int
+    time_ns: dict[str, int]
+    comm_total_ns: int
+    comm_overlapped_ns: int
+    windows: int
+
+    def share(self, cat: str) -> float:
+        return self.time_ns.get(cat, 0) / self.span_ns if self.span_ns else 0.0
+
+    @property
+    def shares(self) -> dict[str, float]:
+        return {c: self.share(c) for c in CATEGORIES}
+
+    @property
+    def dominant(self) -> str | None:
+        if not self.span_ns:
+            return None
+        return max(CATEGORIES, key=lambda c: self.time_ns.get(c, 0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"span_ns": self.span_ns, "time_ns": self.time_ns, "shares": self.shares,
+                "comm_total_ns": self.comm_total_ns, "comm_overlapped_ns": self.comm_overlapped_ns,
+                "comm_exposed_ns": self.time_ns.get("communication", 0), "windows": self.windows,
+                "dominant": self.dominant}
+
+
+@dataclass
+class StepStats:
+    phase: str
+    steps: int
+    median_ns: float | None
+    mean_ns: float | None
+    total_ns: int
+    method: str  # how the step time was measured
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class TimelineResult:
+    """Per window (rank, phase, step): span and time per category. `windows` is a DataFrame."""
+
+    source: str
+    windows: pd.DataFrame
+    notes: list[str]
+    warnings: list[str]
+
+    @property
+    def phases(self) -> list[str]:
+        order = {"prefill": 0, "decode": 1}
+        return sorted(self.windows["phase"].unique().tolist(), key=lambda p: (order.get(p, 2), p))
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(int(r) for r in self.windows["rank"].unique())
+
+    def _select(self, phase: str | None, rank: int | None) -> pd.DataFrame:
+        w = self.windows
+        if phase is not None:
+            w = w[w["phase"] == phase]
+        if rank is not None:
+            w = w[w["rank"] == rank]
+        return w
+
+    def breakdown(self, phase: str | None = None, rank: int | None = None) -> Breakdown:
+        w = self._select(phase, rank)
+        return Breakdown(int(w["span_ns"].sum()), {c: int(w[c].sum()) for c in CATEGORIES},
+                         int(w["comm_total_ns"].sum()), int(w["comm_overlapped_ns"].sum()), len(w))
+
+    def step_stats(self, phase: str, rank: int | None = None) -> StepStats:
+        """Step time of a phase: per step the slowest rank's span; median over steps."""
+        w = self._select(phase, rank)
+        if w.empty:
+            return StepStats(phase, 0, None, None, 0, "no events")
+        per_step = w.groupby("step")["span_ns"].max()
+        known = per_step[per_step.index >= 0]
+        if len(known):
+            return StepStats(phase, len(known), float(known.median()), float(known.mean()), int(known.sum()),
+                             "median over steps of the slowest rank's event span")
+        return StepStats(phase, 1, float(per_step.max()), float(per_step.max()), int(per_step.max()),
+                         "event span of the phase (no step markers)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "notes": self.notes, "warnings": self.warnings,
+                "phases": {p: {"breakdown": self.breakdown(p).to_dict(), "step": self.step_stats(p).to_dict(),
+                               "ranks": {r: self.breakdown(p, r).to_dict() for r in self.ranks}}
+                           for p in self.phases}}
+
+
+def phase_labels(profile, phase_ids: np.ndarray) -> np.ndarray:
+    """Phase names per event: the phase string, 'all' when the profile has no phases, 'other' for the rest."""
+    if len(phase_ids) == 0 or (phase_ids < 0).all():
+        return np.full(len(phase_ids), NO_PHASE, dtype=object)
+    uniq, inv = codes(phase_ids)
+    lab = np.array([profile.string(int(u)) if u >= 0 else "other" for u in uniq], dtype=object)
+    return lab[inv]
+
+
+def timeline(profile, events: Events | None = None) -> TimelineResult:
+    """The per-window category breakdown of a profile (see the module docstring)."""
+    ev = events if events is not None else device_events(profile)
+    phase = phase_labels(profile, ev.phase)
+    ph_u, ph_inv = np.unique(phase.astype(str), return_inverse=True) if len(ev) else (np.array([]), np.zeros(0, np.int64))
+    step_lo = int(ev.step.min()) if len(ev) else 0
+    span_s = int(ev.step.max()) - step_lo + 1 if len(ev) else 1
+    key = (ev.rank.astype(np.int64) * len(ph_u) + ph_inv) * span_s + (ev.step - step_lo)
+    kuniq, gcode = codes(key)
+    G = len(kuniq)
+    g_step = kuniq % span_s + step_lo
+    g_phase = ph_u[(kuniq // span_s) % max(len(ph_u), 1)] if G else np.array([], dtype=object)
+    g_rank = kuniq // span_s // max(len(ph_u), 1)
+    cols = {c: np.zeros(G, dtype=np.int64) for c in CATEGORIES}
+    comm_total = np.zeros(G, dtype=np.int64)
+    comm_over = np.zeros(G, dtype=np.int64)
+    r = ev.root
+    span_df = pd.DataFrame({"g": gcode[r], "s": ev.start[r], "e": ev.end[r]}).groupby("g").agg(s=("s", "min"), e=("e", "max"))
+    wstart = np.zeros(G, dtype=np.int64)
+    wend = np.zeros(G, dtype=np.int64)
+    wstart[span_df.index.to_numpy()] = span_df["s"].to_numpy()
+    wend[span_df.index.to_numpy()] = span_df["e"].to_numpy()
+    if ev.source == "kernels":
+        _sweep(gcode, ev, cols, comm_total, comm_over)
+    else:
+        for k, c in enumerate(CATEGORIES[:_BUSY]):
+            m = ev.cat == k
+            cols[c] += np.bincount(gcode[m], weights=ev.dur[m], minlength=G).astype(np.int64)
+        comm_total[:] = cols["communication"]
+    span = wend - wstart
+    busy = sum(cols[c] for c in CATEGORIES[:_BUSY])
+    idle = np.maximum(span - busy, 0)
+    # events outside every phase ("other") or outside every step of a phase that has steps are scattered across
+    # the run (set-up, sampling between steps): their first-to-last span overlaps the real windows, so they
+    # count with their busy time only
+    if G:
+        wk = pd.DataFrame({"r": g_rank, "p": g_phase, "s": g_step})
+        stepped = wk[wk["s"] >= 0].groupby(["r", "p"]).size()
+        has_steps = pd.MultiIndex.from_frame(wk[["r", "p"]]).isin(stepped.index)
+        scattered = ((g_phase == "other") | ((g_step < 0) & has_steps)) if len(ph_u) else np.zeros(G, bool)
+        idle[scattered] = 0
+        cols["idle_host"][scattered] = 0
+    if ev.source == "cpu_ops":
+        cols["idle_host"] = idle
+    else:
+        cols["idle_host"] = np.minimum(cols["idle_host"], idle)
+    cols["idle_other"] = idle - cols["idle_host"]
+    span = busy + idle  # equal to wend - wstart up to CPU self-time rounding
+    w = pd.DataFrame({"rank": g_rank, "phase": g_phase, "step": g_step,
+                      "start_ns": wstart, "end_ns": wend, "span_ns": span, **cols,
+                      "comm_total_ns": comm_total, "comm_overlapped_ns": comm_over})
+    return TimelineResult(ev.source, w, list(ev.notes), list(ev.warnings))
+
+
+def _sweep(gcode: np.ndarray, ev: Events, cols: dict, comm_total: np.ndarray, comm_over: np.ndarray) -> None:
+    """Vectorised interval sweep over all windows at once; fills the busy categories and idle_host."""
+    keep = np.flatnonzero(ev.end > ev.start)
+    n = len(keep)
+    if n == 0:
+        return
+    G = len(comm_total)
+    g = np.concatenate([gcode[keep], gcode[keep]])
+    t = np.concatenate([ev.start[keep], ev.end[keep]])
+    d = np.concatenate([np.ones(n, np.int8), np.full(n, -1, np.int8)])
+    c = np.concatenate([ev.cat[keep], ev.cat[keep]])
+    e = np.concatenate([keep, keep])
+    # order by (window, time, ends before starts at the same instant): one int64 sort key when it fits
+    t0 = int(t.min())
+    trange = int(t.max()) - t0 + 1
+    bits = int(2 * trange).bit_length()
+    if bits + int(G).bit_length() < 63:
+        order = np.argsort((g.astype(np.int64) << bits) | ((t - t0) * 2 + (d > 0)), kind="stable")
+    else:
+        order = np.lexsort((d, t, g))
+    g, t, d, c, e = g[order], t[order], d[order], c[order], e[order]
+    seg = np.zeros(len(t), dtype=np.int64)
+    same = g[1:] == g[:-1]
+    seg[:-1] = np.where(same, t[1:] - t[:-1], 0)
+    act = np.full(len(t), -1, dtype=np.int8)
+    comm_active = None
+    for k in range(_BUSY - 1, -1, -1):
+        cnt = np.cumsum(np.where(c == k, d, 0).astype(np.int32))
+        on = cnt > 0
+        act[on] = k
+        if k == CAT_COMM:
+            comm_active = on
+    for k, name in enumerate(CATEGORIES[:_BUSY]):
+        m = act == k
+        cols[name] += np.bincount(g[m], weights=seg[m], minlength=G).astype(np.int64)
+    comm_total += np.bincount(g[comm_active], weights=seg[comm_active], minlength=G).astype(np.int64)
+    ov = comm_active & (act >= 0) & (act < CAT_COMM)
+    comm_over += np.bincount(g[ov], weights=seg[ov], minlength=G).astype(np.int64)
+    # idle gaps: the next boundary is the start of the event that ends the gap
+    gap = np.flatnonzero((act == -1) & (seg > 0))
+    if len(gap):
+        nxt = e[gap + 1]
+        le = ev.launch_end[nxt]
+        # the next kernel's launch call had not returned when the GPU went idle: the whole gap (the rest of the
+        # call plus the launch latency) is the GPU waiting for the host
+        host = np.where(le > t[gap], seg[gap], 0)
+        cols["idle_host"] += np.bincount(g[gap], weights=host, minlength=G).astype(np.int64)

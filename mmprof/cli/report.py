@@ -1,0 +1,39 @@
+"""`mmprof report PROFILE`: the bottleneck breakdown per phase and rank, and the built-in checks."""
+
+from __future__ import annotations
+
+import click
+
+from mmprof.cli._common import console, echo_json, json_option
+from mmprof.cli.diff import load_any, write_text
+
+
+@click.command("report")
+@click.argument("profile", type=click.Path(dir_okay=True))
+@json_option
+@click.option("--phase", metavar="PHASE", help="Only this phase (prefill, decode).")
+@click.option("--rank", type=int, metavar="R", help="Only this rank.")
+@click.option("--top", type=int, default=10, show_default=True, help="Top kernels per phase.")
+@click.option("--markdown", "markdown_file", metavar="FILE", help="Also write Markdown; '-' for stdout.")
+@click.option("--html", "html_file", metavar="FILE", help="Also write one self-contained HTML file.")
+def report(profile: str, as_json: bool, phase: str | None, rank: int | None, top: int,
+           markdown_file: str | None, html_file: str | None) -> None:
+    """Per phase and rank: where the wall time went (compute-bound, memory-bound, communication, memcpy,
+    launch-bound idle), top kernels with their roofline bound and efficiency, and a one-line bottleneck."""
+    from mmprof.analysis.report import build_report
+
+    result = build_report(load_any(profile), phase=phase, rank=rank, top=top)
+    if markdown_file:
+        from mmprof.render.markdown import report_markdown
+
+        write_text(markdown_file, report_markdown(result, top))
+    if html_file:
+        from mmprof.render.html import report_html
+
+        write_text(html_file, report_html(result, top))
+    if as_json:
+        echo_json(result.to_dict())
+    elif markdown_file != "-":
+        from mmprof.render.terminal_report import render_report
+
+        render_report(result, console())

@@ -1,0 +1,135 @@
+"""FLOPs/bytes from shapes, the device peak table, and per-kernel roofline bounds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mmprof.analysis.flops import attention_cost, cost_from_text, op_cost, op_family, sparse_attention_cost
+from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BOUND_UNKNOWN, event_roofline, summarise_bounds
+from mmprof.hardware import PEAKS, lookup, normalise
+from tests.diff_fixtures import BF16, BIG, SKINNY, Synth
+
+F32 = "float"
+
+
+def test_mm_flops_and_bytes():
+    c = op_cost("aten::mm", [[8, 6144], [6144, 1536]], [BF16, BF16])
+    assert c.family == "gemm" and c.dtype_class == "bf16"
+    assert c.flops == 2 * 8 * 6144 * 1536
+    assert c.bytes == (8 * 6144 + 6144 * 1536 + 8 * 1536) * 2
+
+
+def test_addmm_linear_bmm_matmul():
+    a = op_cost("aten::addmm", [[1536], [8, 6144], [6144, 1536], [], []], [F32, F32, F32, "Scalar", "Scalar"])
+    assert a.flops == 2 * 8 * 6144 * 1536 and a.dtype_class == "fp32"
+    assert a.bytes == (8 * 6144 + 6144 * 1536 + 8 * 1536 + 1536) * 4
+    lin = op_cost("aten::linear", [[2, 4, 64], [128, 64], [128]], [BF16, BF16, BF16])
+    assert lin.flops == 2 * 8 * 64 * 128 + 8 * 128
+    b = op_cost("aten::bmm", [[16, 32, 64], [16, 64, 8]], [BF16, BF16])
+    assert b.flops == 2 * 16 * 32 * 64 * 8
+    m = op_cost("aten::matmul", [[2, 12, 7, 64], [2, 12, 64, 7]], [F32, F32])   # eager attention scores
+    assert m.flops == 2 * 24 * 7 * 64 * 7
+    bc = op_cost("aten::matmul", [[3, 5, 16], [16, 4]], [F32, F32])               # broadcast weight
+    assert bc.flops == 2 * 3 * 5 * 16 * 4
+    assert op_cost("aten::mm", [[8, 6144], [1536, 6144]], [BF16, BF16]) is None   # inner dims disagree
+
+
+def test_grouped_mm_with_and_without_tokens_per_expert():
+    dims, types = [[32, 6144], [4, 6144, 1536], [4]], [BF16, BF16, "int"]
+    c = op_cost("aten::_grouped_mm", dims, types)
+    assert c.family == "grouped_gemm" and c.flops == 2 * 32 * 6144 * 1536
+    assert c.bytes == (32 * 6144 + 32 * 1536) * 2 + 4 * 6144 * 1536 * 2     # all 4 experts read (upper bound)
+    t = op_cost("aten::_grouped_mm", dims, types, tokens_per_expert=[20, 12, 0, 0])
+    assert t.flops == c.flops and t.bytes == (32 * 6144 + 32 * 1536) * 2 + 2 * 6144 * 1536 * 2   # 2 active experts
+    assert op_cost("aten::_grouped_mm", dims, types, tokens_per_expert=[1, 2]) is None            # wrong expert count
+    e3 = op_cost("aten::_grouped_mm", [[4, 8, 64], [4, 64, 32]], [BF16, BF16])
+    assert e3.flops == 2 * 4 * 8 * 64 * 32
+
+
+def test_attention_dense_flash_and_block_sparse():
+    c = op_cost("aten::_scaled_dot_product_flash_attention", [[1, 48, 8, 128], [1, 8, 4096, 128], [1, 8, 4096, 128]],
+                [BF16] * 3)
+    fl, by = attention_cost(1, 48, 8, 4096, 128, kv_heads=8)
+    assert c.family == "attention" and c.flops == fl == 2 * 48 * 8 * 4096 * 256 and c.bytes == by
+    f = op_cost("aten::_flash_attention_forward", [[2, 16, 8, 64], [2, 32, 8, 64], [2, 32, 8, 64]], [BF16] * 3)
+    assert f.flops == 2 * 2 * 8 * 16 * 32 * 128
+    sfl, _ = sparse_attention_cost(1, 48, 8, blocks_selected=16, block_size=64, head_dim=128, kv_heads=8)
+    assert sfl == attention_cost(1, 48, 8, 16 * 64, 128, kv_heads=8)[0] and sfl < fl
+
+
+def test_pointwise_and_unknown_ops():
+    n = op_cost("aten::rms_norm", [[8, 6144], [], [6144], []], [BF16, "", BF16, ""])
+    assert n.family == "norm" and n.bytes == 2 * 8 * 6144 * 2 and n.flops == 4 * 8 * 6144
+    add = op_cost("aten::add", [[8, 6144], [8, 6144], []], [BF16, BF16, "Scalar"])
+    assert add.flops == 8 * 6144 and add.bytes == 3 * 8 * 6144 * 2
+    assert op_cost("aten::frobnicate", [[8, 8]], [F32]) is None                   # unknown op: no guess
+    assert op_cost("aten::mm", [[], []], ["", ""]) is None                        # no shapes: no guess
+    assert cost_from_text("aten::mm", None, None) is None
+    assert cost_from_text("aten::mm", "[[2, 3], [3, 4]]", '["float", "float"]').flops == 48
+    assert op_family("c10d::allreduce_") == "communication"
+
+
+def test_hardware_lookup_and_unknown_devices():
+    assert normalise("AMD Instinct MI355X") == "mi355x" and normalise(None, "gfx950") == "mi355x"
+    assert normalise("NVIDIA H200") == "h200" and normalise("NVIDIA H100 80GB HBM3") == "h100-sxm"
+    assert normalise(None, "gfx942") is None                                       # MI300X or MI325X: not certain
+    p, w = lookup({"name": "NVIDIA H200", "peak_key": "H200"})
+    assert p.key == "h200" and w is None and math.isclose(p.ridge("bf16"), 989.4 / 4.8)
+    assert PEAKS["mi355x"].ridge("bf16") == pytest.approx(314.6, abs=0.1)
+    p, w = lookup({"name": "NVIDIA A100-PG509-200", "peak_key": "A100"})
+    assert p is None and "cannot be told" in w
+    p, w = lookup({"name": "Some Future GPU"})
+    assert p is None and "unknown device" in w
+    p, w = lookup({"name": "Intel Xeon", "vendor": "cpu"})
+    assert p is None and "CPU" in w
+    p, w = lookup({"name": "Intel Xeon", "vendor": "cpu", "peaks": {"fp32_tflops": 1.5, "hbm_tbs": 0.05}})
+    assert p.key == "measured" and p.flops_per_s("fp32") == 1.5e12 and p.flops_per_s("bf16") is None
+    assert lookup(None)[0] is None
+
+
+def _kernels_with_ops(device=None):
+    s = Synth(device=device)
+    s.kernel("big_gemm", 0, 200_000, op=BIG)
+    s.kernel("skinny_gemm", 300_000, 10_000, op=SKINNY)
+    s.kernel("opless", 400_000, 10_000)
+    return s.build()
+
+
+def test_event_roofline_bounds_and_efficiency():
+    p = _kernels_with_ops()
+    K = p.tables["kernels"]
+    r = event_roofline(p, K["op"], K["dur_ns"], K["rank"])
+    assert r.bound.tolist() == [BOUND_COMPUTE, BOUND_MEMORY, BOUND_UNKNOWN]
+    big_flops = 2 * 4096 ** 3
+    assert r.achieved_flops[0] == pytest.approx(big_flops / 200e-6)
+    assert r.efficiency[0] == pytest.approx(big_flops / 200e-6 / 989.4e12)
+    skinny_bytes = (8 * 6144 + 6144 * 1536 + 8 * 1536) * 2
+    assert r.efficiency[1] == pytest.approx(skinny_bytes / 10e-6 / 4.8e12)
+    s = summarise_bounds(r, K["dur_ns"], K["rank"])
+    assert (s.compute_ns, s.memory_ns, s.unknown_ns) == (200_000, 10_000, 10_000)
+    assert s.memory_eff == pytest.approx(r.efficiency[1])
+
+
+def test_unknown_device_gives_no_bound_and_a_warning():
+    p = _kernels_with_ops(device={"index": 0, "name": "Mystery Accelerator 9000"})
+    K = p.tables["kernels"]
+    r = event_roofline(p, K["op"], K["dur_ns"], K["rank"])
+    assert (r.bound == BOUND_UNKNOWN).all()
+    assert np.isfinite(r.intensity[:2]).all()          # the work is still known, only the peak is not
+    assert any("Mystery Accelerator 9000" in w for w in r.warnings)
+
+
+def test_op_work_is_shared_among_its_kernels():
+    s = Synth()
+    op = s.op(SKINNY, 0, 100)
+    s.kernel("part1", 1_000, 3_000, op=op)
+    s.kernel("part2", 5_000, 1_000, op=op)
+    p = s.build()
+    K = p.tables["kernels"]
+    r = event_roofline(p, K["op"], K["dur_ns"], K["rank"])
+    total = 2 * 8 * 6144 * 1536
+    assert r.flops.tolist() == pytest.approx([0.75 * total, 0.25 * total])
+    assert r.achieved_flops[0] == pytest.approx(r.achieved_flops[1])   # same op, same achieved rate
