@@ -108,8 +108,9 @@ def test_json_schema_in_sync_and_validates(tmp_path):
 def test_columns_on_disk_are_base64_and_plain_lists_are_accepted(tmp_path):
     path = save_profile(_small(), tmp_path / "p.json")
     doc = json.loads(path.read_text())
-    col = doc["tables"]["kernels"]["columns"]["start_ns"]
-    assert col["dtype"] == "<i8" and isinstance(col["b64"], str)
+    cols = doc["tables"]["kernels"]["columns"]
+    assert cols["start_ns"]["dtype"] == "<i1" and isinstance(cols["start_ns"]["b64"], str)  # 50, 80 fit a byte
+    assert cols["rank"] == {"const": 0}  # every row holds 0
     # a hand-written profile with plain JSON lists reads the same
     for t in doc["tables"].values():
         t["columns"] = {}
@@ -130,3 +131,13 @@ def test_malformed_column_is_a_schema_error(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(SchemaError, match="start_ns"):
         load_profile(path)
+
+
+def test_wide_values_survive_narrow_encoding(tmp_path):
+    b = ProfileBuilder({})
+    for v in (-1, 2**40, 7):
+        b.row("kernels", rank=0, start_ns=v, dur_ns=v % 300)
+    path = save_profile(b.build(), tmp_path / "p.json.gz")
+    q = load_profile(path)
+    assert q.tables["kernels"]["start_ns"].tolist() == [-1, 2**40, 7]
+    assert q.tables["kernels"]["start_ns"].dtype == np.int64

@@ -215,13 +215,15 @@ def json_schema() -> dict[str, Any]:
         for col, ctype, doc in cols:
             kind = column_kind(ctype)
             item: dict[str, Any] = {"type": json_type[kind]} if kind != "float" else {"type": ["number", "null"]}
-            wire = {"int": "<i8", "str": "<i4", "float": "<f8"}[kind]
+            wires = {"int": ["<i1", "<i2", "<i4", "<i8"], "str": ["<i1", "<i2", "<i4"], "float": ["<f8"]}[kind]
             props[col] = {
                 "description": f"{ctype}: {doc}",
                 "oneOf": [
                     {"type": "object", "required": ["dtype", "b64"],
-                     "properties": {"dtype": {"const": wire}, "b64": {"type": "string", "contentEncoding": "base64"}},
-                     "description": f"little-endian {wire} values, base64 (what mmprof writes)"},
+                     "properties": {"dtype": {"enum": wires}, "b64": {"type": "string", "contentEncoding": "base64"}},
+                     "description": "little-endian values of the narrowest type that holds them, base64 (what mmprof writes)"},
+                    {"type": "object", "required": ["const"], "properties": {"const": item},
+                     "description": "every row holds this value"},
                     {"type": "array", "items": item, "description": "plain JSON values (accepted on read)"},
                 ],
             }
