@@ -1,0 +1,523 @@
+"""`mmprof run` as a library: run the reference MiniMax M3 runtime under capture and return a Profile.
+
+Protocol, per rank (`run_rank`):
+
+1. build the model (preset or config.json, switches, TP/EP slice, device, dtype);
+2. warm up (one untimed `generate`);
+3. **plain timing**: the same workload `repeats` times with no profiler and scopes switched off; the median
+   prefill and decode times are what the run costs without instrumentation;
+4. **captured run(s)**: the same workload under torch.profiler (`CaptureSession`), `full` (shapes for every
+   op) and/or `light` (shapes for the prefill step only, then kernels, ops and scopes without shapes). The
+   profiled times over the plain ones are the *dilation*: how much the profiler stretched what it measured.
+
+Then (`assemble`) the kept capture's trace is imported with the Kineto importer, the dispatch log of the
+same captured run becomes the `dispatch` table, and `meta.run` / `meta.capture` record the workload, the
+switches and both timings. Multi-rank runs (`--tp N`) start their ranks through `mmprof.capture.launch`;
+each rank captures its own trace and the ranks' results are merged into one Profile.
+
+Nothing here prints; progress goes to an optional callback `progress(stage, done, total)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from mmprof.errors import BadInput, CaptureUnavailable
+
+Progress = Callable[[str, int, int], None]
+
+PRESET_NAMES = ("tiny", "small", "m3-rank-slice", "m3")
+CAPTURE_MODES = ("full", "light", "none")
+DTYPES = ("float32", "bfloat16")
+FAST_BLOCK_REUSE = 2  # `--fast`: one sparse layer computes the block selection, the next one reuses it
+MEMORY_HEADROOM = 0.8  # refuse when the weights alone need more than this share of the memory there is
+
+
+@dataclass
+class RunOptions:
+    """Everything `mmprof run` takes. `base` picks the switch defaults; explicit switches override them."""
+
+    preset: str = "tiny"
+    config: str | None = None  # a config.json or checkpoint directory; overrides `preset`
+    device: str = "cpu"
+    dtype: str = "float32"
+    batch: int = 1
+    prompt_len: int = 128
+    decode_steps: int = 8
+    seed: int = 0
+    base: str = "fast"  # fast | baseline
+    moe_impl: str | None = None
+    shared_expert: str | None = None
+    block_reuse: int | None = None
+    attention: str | None = None
+    capture: str = "full"  # full | light | none
+    measure_dilation: bool = False  # capture both full and light (keep `capture`'s trace)
+    tp: int = 1
+    ep: int = 1
+    repeats: int = 3  # plain (unprofiled) timing runs; the median is used
+    warmup: int = 1
+    command: list[str] | None = None
+
+    def switches(self):
+        """The runtime Switches these options ask for."""
+        from mmprof.runtime import Switches
+
+        if self.base not in ("fast", "baseline"):
+            raise BadInput(f"base switches must be fast or baseline, not {self.base!r}")
+        sw = Switches.baseline() if self.base == "baseline" else Switches(block_reuse=FAST_BLOCK_REUSE)
+        over = {k: v for k, v in (("moe_impl", self.moe_impl), ("shared_expert", self.shared_expert),
+                                  ("block_reuse", self.block_reuse), ("attention", self.attention)) if v is not None}
+        return dataclasses.replace(sw, **over) if over else sw
+
+    def modes(self) -> list[str]:
+        """Capture modes to run, the kept one first."""
+        if self.capture == "none":
+            return []
+        if self.measure_dilation:
+            return [self.capture, "light" if self.capture == "full" else "full"]
+        return [self.capture]
+
+    def model_args(self):
+        from mmprof.runtime import load_config
+
+        return load_config(self.config if self.config else self.preset)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# -- validation -------------------------------------------------------------------------------------
+def validate(opts: RunOptions) -> Any:
+    """Refuse impossible combinations with one clear line; returns the ModelArgs."""
+    if opts.config is None and opts.preset not in PRESET_NAMES:
+        raise BadInput(f"unknown preset {opts.preset!r}; choose one of {', '.join(PRESET_NAMES)} or give --config")
+    if opts.device not in ("cpu", "cuda"):
+        raise BadInput(f"--device must be cpu or cuda, not {opts.device!r}")
+    if opts.dtype not in DTYPES:
+        raise BadInput(f"--dtype must be one of {', '.join(DTYPES)}, not {opts.dtype!r}")
+    if opts.capture not in CAPTURE_MODES:
+        raise BadInput(f"--capture must be one of {', '.join(CAPTURE_MODES)}, not {opts.capture!r}")
+    if opts.measure_dilation and opts.capture == "none":
+        raise BadInput("--measure-dilation needs a capture: use --capture full or light")
+    for name in ("batch", "prompt_len", "tp", "ep", "repeats"):
+        if getattr(opts, name) < 1:
+            raise BadInput(f"--{name.replace('_', '-')} must be at least 1, not {getattr(opts, name)}")
+    if opts.decode_steps < 1:
+        raise BadInput(f"--decode-steps must be at least 1 (the decode phase is what dilation is about), "
+                       f"not {opts.decode_steps}")
+    if opts.warmup < 0:
+        raise BadInput("warm-up runs must be >= 0")
+    opts.switches()  # raises BadInput on a bad switch value
+    args = opts.model_args()
+    if args.slice_tp > 1 and opts.tp > 1:
+        raise BadInput(f"preset {args.name} already is one rank of a TP={args.slice_tp} model; run it with --tp 1 "
+                       "or use --preset m3 with --tp")
+    if opts.ep > 1 and opts.ep != opts.tp:
+        raise BadInput(f"--ep {opts.ep} must be 1 (experts split by TP) or equal --tp {opts.tp}")
+    total = opts.prompt_len + opts.decode_steps
+    if total > args.max_seq_len:
+        raise BadInput(f"--prompt-len {opts.prompt_len} + --decode-steps {opts.decode_steps} = {total} exceeds the "
+                       f"{args.name} KV cache ({args.max_seq_len} tokens)")
+    from mmprof.runtime import shard_plan
+
+    shard_plan(args, opts.tp, opts.ep, 0)  # raises ShardRefused (BadInput) for splits vLLM refuses
+    _check_device(opts)
+    _check_memory(opts, args)
+    return args
+
+
+def _check_device(opts: RunOptions) -> None:
+    if opts.device != "cuda":
+        return
+    from mmprof.capture.session import gpu_available
+
+    if not gpu_available():
+        raise CaptureUnavailable("--device cuda: torch sees no CUDA/ROCm GPU here; use --device cpu")
+    import torch
+
+    n = torch.cuda.device_count()
+    if opts.tp > n:
+        raise BadInput(f"--tp {opts.tp} on cuda needs {opts.tp} GPUs, but this host has {n}")
+
+
+def weight_bytes(args, opts: RunOptions) -> tuple[int, int]:
+    """(bytes of one rank's weights, bytes of all ranks' weights) from a shapes-only (meta) build."""
+    import torch
+
+    from mmprof.runtime import Switches, build_model
+
+    dtype = getattr(torch, opts.dtype)
+    m = build_model(args, Switches(), tp=opts.tp, ep=opts.ep, rank=0, device="meta", dtype=dtype)
+    per_rank = sum(p.numel() * p.element_size() for p in m.parameters())
+    return per_rank, per_rank * opts.tp
+
+
+def _check_memory(opts: RunOptions, args) -> None:
+    per_rank, total = weight_bytes(args, opts)
+    if opts.device == "cpu":
+        have = _host_memory()
+        if have and total > MEMORY_HEADROOM * have:
+            raise BadInput(f"preset {args.name} in {opts.dtype} needs {total / 1e9:.1f} GB of weights "
+                           f"({opts.tp} rank(s) on this host) but the host has {have / 1e9:.1f} GB; use a "
+                           "smaller preset (tiny, small, m3-rank-slice) or --device cuda with --tp")
+        return
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(0)
+    if per_rank > MEMORY_HEADROOM * free:
+        raise BadInput(f"preset {args.name} in {opts.dtype} at --tp {opts.tp} needs {per_rank / 1e9:.1f} GB of weights "
+                       f"per GPU but GPU 0 has {free / 1e9:.1f} GB free; raise --tp or use a smaller preset")
+
+
+def _host_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+# -- one rank ---------------------------------------------------------------------------------------
+@dataclass
+class RankOutcome:
+    """What one rank measured: timings per run kind, the kept trace, and the kept run's dispatch rows."""
+
+    rank: int
+    world_size: int
+    timings: dict[str, dict[str, Any]] = field(default_factory=dict)  # plain | full | light -> timings
+    trace: str | None = None
+    dispatch: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    tokens: list[list[int]] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RankOutcome":
+        return cls(**d)
+
+
+def _timing(prefill_ms: list[float], decode_ms: list[float], per_step: list[float], opts: RunOptions,
+            **extra: Any) -> dict[str, Any]:
+    """Median prefill/decode times over repeats and the tokens/s they give (whole batch)."""
+    pre = statistics.median(prefill_ms)
+    dec = statistics.median(decode_ms)
+    return {
+        "prefill_ms": pre, "decode_ms": dec, "decode_step_ms": per_step, "repeats": len(prefill_ms),
+        "prefill_ms_all": prefill_ms, "decode_ms_all": decode_ms,
+        "prefill_tok_s": opts.batch * opts.prompt_len / (pre / 1e3) if pre > 0 else 0.0,
+        "decode_tok_s": opts.batch * opts.decode_steps / (dec / 1e3) if dec > 0 else 0.0,
+        **extra,
+    }
+
+
+class _AfterExit:
+    """Wrap a context manager so `callback` runs right after it exits (outside the region)."""
+
+    def __init__(self, cm, callback: Callable[[], None]):
+        self.cm, self.callback = cm, callback
+
+    def __enter__(self):
+        return self.cm.__enter__()
+
+    def __exit__(self, *exc):
+        out = self.cm.__exit__(*exc)
+        if exc[0] is None:
+            self.callback()
+        return out
+
+
+@contextlib.contextmanager
+def after_prefill(callback: Callable[[], None]):
+    """Call `callback` when generate()'s outermost `mmprof.prefill` region has closed.
+
+    That is the one point of a generate() call where no record_function range is open: torch.profiler can
+    be stopped and restarted there safely. (Restarting it while a range is open makes the range's exit run
+    against the new profiler's state, which crashes the process with heap corruption: see docs/run.md.)
+    """
+    gen_mod = importlib.import_module("mmprof.runtime.generate")
+    orig = gen_mod.scope
+
+    def patched(name: str):
+        cm = orig(name)
+        return _AfterExit(cm, callback) if name == "mmprof.prefill" else cm
+
+    gen_mod.scope = patched
+    try:
+        yield
+    finally:
+        gen_mod.scope = orig
+
+
+def _captured_run(model, workload, opts: RunOptions, mode: str, work_dir: Path, rank: int, world: int):
+    """One generate() under a CaptureSession; returns (GenerateResult, trace path, switch ms, notes)."""
+    from mmprof.capture.session import CaptureSession
+    from mmprof.runtime import generate
+
+    session = CaptureSession(work_dir, mode=mode, rank=rank, world_size=world, name=f"rank{rank}.{mode}",
+                             activities="gpu" if opts.device == "cuda" else "cpu", step_markers=())
+    switch_ms = [0.0]
+    switched = []
+
+    def to_light():  # light mode: shapes for the prefill step only; drop them from here on
+        t = time.perf_counter()
+        session.step("mmprof.prefill")
+        switch_ms[0] = (time.perf_counter() - t) * 1e3
+        switched.append(True)
+
+    model.dispatch.clear()
+    ctx = after_prefill(to_light) if mode == "light" else contextlib.nullcontext()
+    session.start()
+    try:
+        with ctx:
+            res = generate(model, workload)
+    finally:
+        trace = session.export()
+    if trace is None:
+        raise CaptureUnavailable(f"rank {rank}: the {mode} capture produced no trace ({'; '.join(session.notes)})")
+    notes = list(session.notes)
+    if mode == "light" and not switched:
+        notes.append("the end of the prefill region was never seen, so shapes were recorded for the whole run "
+                     "(the runtime's generate() no longer opens `mmprof.prefill` through its `scope` helper)")
+    return res, trace, switch_ms[0], notes
+
+
+def run_rank(opts: RunOptions, work_dir: str | os.PathLike, rank: int = 0, world: int = 1, group=None,
+             device: str | None = None, progress: Progress | None = None) -> RankOutcome:
+    """Build, warm up, time without the profiler, then capture: one rank's share of `mmprof run`."""
+    import torch
+
+    from mmprof.runtime import Workload, build_model, generate
+    from mmprof.runtime.scopes import set_scopes_enabled
+
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    modes = opts.modes()
+    total = 1 + opts.warmup + opts.repeats + len(modes)
+    done = 0
+
+    def tick(stage: str) -> None:
+        nonlocal done
+        if progress is not None:
+            progress(stage, done, total)
+        done += 1
+
+    tick("building the model")
+    args = opts.model_args()
+    dev = device or opts.device
+    model = build_model(args, opts.switches(), tp=opts.tp, ep=opts.ep, rank=rank, device=dev,
+                        dtype=getattr(torch, opts.dtype), group=group, seed=opts.seed)
+    model.dispatch.rank = rank
+    workload = Workload(batch=opts.batch, prompt_len=opts.prompt_len, decode_steps=opts.decode_steps, seed=opts.seed)
+    out = RankOutcome(rank=rank, world_size=world)
+    for i in range(opts.warmup):
+        tick(f"warm-up {i + 1}/{opts.warmup}")
+        generate(model, workload)
+    pre, dec, steps = [], [], []
+    prev = set_scopes_enabled(False)
+    try:
+        for i in range(opts.repeats):
+            tick(f"timing without the profiler {i + 1}/{opts.repeats}")
+            r = generate(model, workload)
+            pre.append(r.prefill_ms)
+            dec.append(sum(r.decode_ms))
+            steps.append(r.decode_ms)
+    finally:
+        set_scopes_enabled(prev)
+    out.timings["plain"] = _timing(pre, dec, [statistics.median(s) for s in zip(*steps)], opts)
+    for k, mode in enumerate(modes):
+        tick(f"{mode} capture")
+        res, trace, switch_ms, notes = _captured_run(model, workload, opts, mode, work_dir, rank, world)
+        pre_ms = res.prefill_ms - switch_ms
+        out.timings[mode] = _timing([pre_ms], [sum(res.decode_ms)], list(res.decode_ms), opts,
+                                    segment_switch_ms=switch_ms)
+        out.notes.extend(f"{mode} capture: {n}" for n in notes)
+        if k == 0:
+            out.trace = str(trace)
+            out.dispatch = model.dispatch.rows()
+            out.tokens = res.tokens.tolist()
+        else:
+            Path(trace).unlink(missing_ok=True)
+    if not modes:  # --capture none: the dispatch log of one more (uninstrumented) run
+        model.dispatch.clear()
+        res = generate(model, workload)
+        out.dispatch = model.dispatch.rows()
+        out.tokens = res.tokens.tolist()
+    if progress is not None:
+        progress("done", total, total)
+    return out
+
+
+# -- the whole run ----------------------------------------------------------------------------------
+def run_workload(opts: RunOptions, progress: Progress | None = None, work_dir: str | os.PathLike | None = None):
+    """Run `opts` (all ranks) and return the Profile. Under torchrun, non-zero ranks return None."""
+    validate(opts)
+    env_world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    own_tmp = work_dir is None
+    if env_world > 1 and own_tmp:  # torchrun: the ranks need one directory they all see (one host)
+        env = os.environ
+        wd = Path(tempfile.gettempdir()) / (f"mmprof-run.{env.get('MASTER_ADDR', 'local')}.{env.get('MASTER_PORT', '0')}."
+                                            f"{env.get('TORCHELASTIC_RUN_ID', '')}")
+    else:
+        wd = Path(tempfile.mkdtemp(prefix="mmprof-run.")) if own_tmp else Path(work_dir)
+    try:
+        if env_world > 1:
+            from mmprof.capture.launch import run_under_torchrun
+
+            outcomes = run_under_torchrun(opts, wd, progress)
+            if outcomes is None:
+                own_tmp = False  # rank 0 cleans up once it has read everything
+                return None
+        elif opts.tp > 1:
+            from mmprof.capture.launch import spawn_ranks
+
+            outcomes = spawn_ranks(opts, wd, progress)
+        else:
+            outcomes = [run_rank(opts, wd, progress=progress)]
+        if progress is not None:
+            progress("importing the trace", 0, 1)
+        return assemble(opts, outcomes)
+    finally:
+        if own_tmp:
+            shutil.rmtree(wd, ignore_errors=True)
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def dilation(plain: dict[str, Any], profiled: dict[str, Any]) -> dict[str, float | None]:
+    """Profiled time / plain time, per phase and for prefill + decode together (1.0 = no distortion)."""
+    return {
+        "prefill": _ratio(profiled["prefill_ms"], plain["prefill_ms"]),
+        "decode": _ratio(profiled["decode_ms"], plain["decode_ms"]),
+        "total": _ratio(profiled["prefill_ms"] + profiled["decode_ms"], plain["prefill_ms"] + plain["decode_ms"]),
+    }
+
+
+def run_meta(opts: RunOptions, outcomes: list[RankOutcome], args) -> dict[str, Any]:
+    """`meta.run`: preset, switches, workload, device, dtype, timings, tokens/s and dilation (rank 0's clock)."""
+    r0 = min(outcomes, key=lambda o: o.rank)
+    t = r0.timings
+    tok = {k: {"prefill": v["prefill_tok_s"], "decode": v["decode_tok_s"]} for k, v in t.items()}
+    kept = opts.modes()[0] if opts.modes() else None
+    if kept:
+        tok["profiled"] = tok[kept]
+    dil = {m: (dilation(t["plain"], t[m])["total"] if m in t else None) for m in ("full", "light")}
+    by_phase = {m: dilation(t["plain"], t[m]) for m in ("full", "light") if m in t}
+    import torch
+
+    return {
+        "preset": args.name if opts.config is None else None,
+        "config": opts.config,
+        "switches": dataclasses.asdict(opts.switches()),
+        "switch_base": opts.base,
+        "workload": {"batch": opts.batch, "prompt_len": opts.prompt_len, "decode_steps": opts.decode_steps,
+                     "seed": opts.seed},
+        "device": opts.device,
+        "dtype": opts.dtype,
+        "torch": torch.__version__,
+        "repeats": opts.repeats,
+        "warmup": opts.warmup,
+        "timings": t,
+        "timings_by_rank": {str(o.rank): o.timings for o in outcomes},
+        "tokens_per_s": tok,
+        "dilation": dil,
+        "dilation_by_phase": by_phase,
+        "generated_tokens": r0.tokens,
+    }
+
+
+def assemble(opts: RunOptions, outcomes: list[RankOutcome]):
+    """Import the ranks' kept traces, attach their dispatch rows, and write mmprof-run metadata."""
+    from mmprof import __version__
+    from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
+
+    args = opts.model_args()
+    outcomes = sorted(outcomes, key=lambda o: o.rank)
+    traces = [Path(o.trace) for o in outcomes if o.trace]
+    if traces:
+        from mmprof.importers import kineto
+
+        imported = kineto.load(traces)
+    else:
+        imported = Profile.empty({"ranks": [{"rank": o.rank, "devices": []} for o in outcomes]})
+    meta = dict(imported.meta)
+    warnings = list(meta.get("warnings", []))
+    for o in outcomes:
+        warnings.extend(f"rank {o.rank}: {n}" for n in o.notes)
+    meta.update(
+        mmprof_version=__version__,
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        source={"format": "mmprof-run", "files": [], "tool": f"mmprof {__version__} reference runtime",
+                "importer": "kineto" if traces else None, "traces": [t.name for t in traces]},
+        command=opts.command if opts.command is not None else list(sys.argv),
+        model=args.to_dict(),
+        parallel={"tp": opts.tp, "ep": opts.ep, "world_size": len(outcomes)},
+        run=run_meta(opts, outcomes, args),
+        capture={"mode": opts.modes()[0] if opts.modes() else "none", "modes_run": opts.modes(),
+                 "tool": "torch.profiler", "record_shapes": {"full": "every op", "light": "prefill step only",
+                                                            "none": None}[opts.modes()[0] if opts.modes() else "none"],
+                 "dilation": None},
+    )
+    meta["capture"]["dilation"] = meta["run"]["dilation"]
+    meta.setdefault("clock", {"unit": "ns", "note": "per-rank profiler clock"})
+    if not meta.get("ranks"):
+        meta["ranks"] = [{"rank": o.rank} for o in outcomes]
+    b = ProfileBuilder({})
+    for o in outcomes:
+        for row in o.dispatch:
+            b.row("dispatch", **row)
+    profile = merge_profiles([imported, b.build()], meta=meta)
+    if traces and profile.n("collectives") == 0 and len(outcomes) > 1:
+        from mmprof.capture.launch import add_c10d_collectives
+
+        n = add_c10d_collectives(profile, opts)
+        if n:
+            warnings.append(f"{n} collectives taken from the c10d ops (the trace has no record_param_comms events "
+                            f"for the {'nccl' if opts.device == 'cuda' else 'gloo'} backend); message sizes assume "
+                            f"{opts.dtype} activations")
+    if traces:
+        warnings.extend(scope_warnings(profile, opts.device))
+    if warnings:
+        profile.meta["warnings"] = warnings
+    return profile
+
+
+def scope_warnings(profile, device: str) -> list[str]:
+    """Say so when the imported events do not carry the runtime's phase/step scopes (they always should)."""
+    import numpy as np
+
+    out = []
+    table = "kernels" if profile.n("kernels") else "ops"
+    n = profile.n(table)
+    if n == 0:
+        out.append(f"the {device} capture holds no {table}: nothing ran under the profiler")
+        return out
+    phased = int(np.count_nonzero(profile.tables[table]["phase"] >= 0))
+    if phased < n / 2:
+        out.append(f"only {phased} of {n} {table} carry a prefill/decode phase: the runtime's scopes were not "
+                   "seen by the importer")
+    return out
+
+
+def save_outcome(o: RankOutcome, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(o.to_dict()))
+    os.replace(tmp, path)
+
+
+def load_outcome(path: Path) -> RankOutcome:
+    return RankOutcome.from_dict(json.loads(path.read_text()))

@@ -1,0 +1,106 @@
+"""`mmprof demo`: before/after on the tiny model, and what summary / verify-fastpath / diff / shapes say."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from mmprof.cli import main
+from mmprof.cli.demo import DemoResult, Step, invoke, render, run_demo
+from mmprof.profiles import load_profile
+
+
+@pytest.fixture(scope="module")
+def demo_result(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    return run_demo(out, prompt_len=32, decode_steps=2, repeats=1)
+
+
+def test_demo_saves_before_and_after_profiles(demo_result):
+    assert set(demo_result.runs) == {"before", "after"}
+    b = load_profile(demo_result.runs["before"]["profile"])
+    a = load_profile(demo_result.runs["after"]["profile"])
+    assert b.meta["run"]["switches"] == {"moe_impl": "loop", "shared_expert": "separate", "block_reuse": 1,
+                                         "attention": "sparse"}
+    assert a.meta["run"]["switches"]["moe_impl"] == "grouped" and a.meta["run"]["switches"]["shared_expert"] == "fused"
+    assert a.meta["run"]["switches"]["block_reuse"] == 2
+    for run in demo_result.runs.values():
+        assert run["tokens_per_s"]["plain"]["decode"] > 0
+    sp = demo_result.speedup
+    bt, at = (demo_result.runs[k]["tokens_per_s"]["plain"]["decode"] for k in ("before", "after"))
+    assert sp["decode"] == pytest.approx(at / bt)
+
+
+def test_verify_fastpath_fails_before_and_passes_after(demo_result):
+    before, after = demo_result.step("verify:before"), demo_result.step("verify:after")
+    assert before.status == "violations" and before.exit_code == 1
+    failed = {r["id"] for r in before.data["results"] if r["status"] == "fail"}
+    assert {"shared-expert-separate", "block-selection-recomputed"} <= failed
+    assert any("loop" in r["message"] for r in before.data["results"] if r["status"] == "fail")
+    assert after.status == "ok" and after.exit_code == 0 and after.data["status"] == "pass"
+
+
+def test_diff_gives_a_verdict(demo_result):
+    d = demo_result.step("diff")
+    assert d.status == "ok", d.message
+    assert isinstance(d.data["verdict"], str) and "decode" in d.data["verdict"]
+    regions = json.dumps(d.data["path_changes"])
+    assert "moe.shared" in regions and "moe.routed" in regions
+
+
+def test_overlap_and_shapes(demo_result):
+    o = demo_result.overlap
+    assert o["pairs"] == [[2, 3], [3, 4], [4, 5]] or o["pairs"] == [(2, 3), (3, 4), (4, 5)]
+    assert 0.0 <= o["mean_shared_fraction"] <= 1.0
+    assert o["safe"] == (o["mean_shared_fraction"] >= o["threshold"])
+    s = demo_result.step("shapes")
+    assert s.status == "ok" and s.data["tp"] == 8 and s.data["model"] == "m3"
+
+
+def test_render_tells_the_story(demo_result, capsys):
+    render(demo_result)
+    out = capsys.readouterr().out
+    flat = " ".join(out.split())
+    assert "loop/separate/K=1" in flat and "grouped/fused/K=2" in flat
+    assert "speed-up after/before" in flat
+    assert "before: FAIL (exit 1)" in flat and "after: PASS (exit 0)" in flat
+    assert "FP001 shared-expert-separate" in flat and "FP002 block-selection-recomputed" in flat
+    assert "verdict:" in flat
+    assert "reuse" in flat and "SH001" in flat
+    assert demo_result.runs["before"]["profile"] in flat.replace(" ", "") or "before.json.gz" in flat
+    json.dumps(demo_result.to_dict())  # --json output is serialisable
+
+
+def test_missing_command_is_reported_not_fatal(monkeypatch, capsys):
+    import mmprof.cli as cli
+
+    monkeypatch.setitem(cli.COMMANDS, "nothing-yet", ("mmprof.cli.not_written", "x", "not there"))
+    s = invoke("nothing", ["nothing-yet", "a.json"])
+    assert s.status == "unavailable" and "not available yet" in s.message
+    res = DemoResult("d", steps=[Step("diff", ["mmprof", "diff"], "unavailable", message="`mmprof diff` is not available yet")],
+                     overlap={"error": "no sparse layers"})
+    render(res)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "diff: not available yet" in out and "could not measure: no sparse layers" in out
+
+
+def test_failing_command_is_reported_with_its_error():
+    s = invoke("summary", ["summary", "/nonexistent/profile.json"])
+    assert s.status == "error" and s.exit_code == 2 and "/nonexistent/profile.json" in s.message
+
+
+@pytest.mark.slow
+def test_demo_cli_end_to_end_within_two_minutes(tmp_path, capsys):
+    t = time.perf_counter()
+    with pytest.raises(SystemExit) as e:
+        main(["demo", "--out-dir", str(tmp_path / "d"), "--json"])
+    elapsed = time.perf_counter() - t
+    assert e.value.code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert elapsed < 120
+    assert (tmp_path / "d" / "before.json.gz").exists() and (tmp_path / "d" / "after.json.gz").exists()
+    st = {s["name"]: s for s in doc["steps"]}
+    assert st["verify:before"]["exit_code"] == 1 and st["verify:after"]["exit_code"] == 0
+    assert st["diff"]["data"]["verdict"]
