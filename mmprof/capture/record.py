@@ -1,0 +1,474 @@
+"""`mmprof record -- CMD`: run a command unchanged, capture every Python process it starts, merge into one Profile.
+
+How: `build_env` puts `mmprof/capture/hook` first on PYTHONPATH and passes the settings in MMPROF_RECORD_*
+variables; every Python process the command starts (and their children, which inherit the environment) then
+runs the start-up hook, which captures the process with a `CaptureSession` once it imports torch. The command's
+stdin/stdout/stderr are inherited (never captured) and its exit code is returned. Afterwards `collect` reads the
+per-process meta files and the `.partial` markers that crashed processes left behind, and `build_profile`
+imports each process's trace with the Kineto importer and merges them into one multi-rank Profile whose meta
+says which ranks are complete, partial or missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mmprof.capture.session import DEFAULT_STEP_MARKERS, MODES, TRACE_SUFFIX, combine_traces
+from mmprof.errors import BadInput, CaptureUnavailable, MmprofError
+
+HOOK_DIR = Path(__file__).resolve().parent / "hook"
+BACKENDS = ("torch", "rocprofv3", "nsys")
+
+
+@dataclass
+class RecordOptions:
+    """What to capture. `steps`/`skip` define the window in steps (see docs/record.md: what counts as a step)."""
+
+    mode: str = "full"
+    steps: int | None = None
+    skip: int = 0
+    step_markers: tuple[str, ...] = DEFAULT_STEP_MARKERS
+    activities: str = "auto"        # auto | cpu
+    start: str = "auto"             # auto | import | gpu
+    grace_s: float = 10.0           # how long to wait for orphaned workers to finish writing after the command
+    flush_every: int | None = None  # write a segment every N steps, so a process that dies keeps its earlier steps
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise BadInput(f"capture mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if self.steps is not None and self.steps < 1:
+            raise BadInput("--steps must be at least 1")
+        if self.skip < 0:
+            raise BadInput("--skip must be 0 or more")
+        if self.skip and self.steps is None:
+            raise BadInput("--skip needs --steps (the window is: skip M steps, then capture N)")
+        if self.flush_every is not None and self.flush_every < 1:
+            raise BadInput("--flush-every must be at least 1")
+        if self.activities not in ("auto", "cpu"):
+            raise BadInput(f"activities must be auto or cpu, not {self.activities!r}")
+        if self.start not in ("auto", "import", "gpu"):
+            raise BadInput(f"start must be auto, import or gpu, not {self.start!r}")
+
+    def window(self) -> dict[str, Any]:
+        return {"skip": self.skip, "steps": self.steps, "markers": list(self.step_markers),
+                "flush_every": self.flush_every}
+
+
+@dataclass
+class ProcessCapture:
+    """One captured process, as its meta file (clean exit) or its partial marker (it died) describes it."""
+
+    name: str
+    pid: int | None
+    env_rank: int | None
+    dist_rank: int | None
+    world_size: int | None
+    host: str | None
+    argv: list[str]
+    trace: Path | None
+    finished: bool
+    state: str
+    steps_seen: int
+    segments: list[dict[str, Any]]
+    notes: list[str]
+    error: str | None
+    rank: int | None = None          # the rank it got in the Profile
+    status: str = ""                 # complete | partial | no-data | empty | duplicate
+
+    @property
+    def claimed_rank(self) -> int | None:
+        return self.dist_rank if self.dist_rank is not None else self.env_rank
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["trace"] = str(self.trace) if self.trace else None
+        return d
+
+
+@dataclass
+class RecordResult:
+    """What `record` did: the command's exit code, where things went, and the state of every rank."""
+
+    command: list[str]
+    exit_code: int
+    backend: str
+    mode: str
+    window: dict[str, Any]
+    trace_dir: str
+    out: str | None
+    world_size: int | None
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    missing_ranks: list[int] = field(default_factory=list)
+    partial_ranks: list[int] = field(default_factory=list)
+    processes: list[ProcessCapture] = field(default_factory=list)
+    forked_not_captured: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["processes"] = [p.to_dict() for p in self.processes]
+        return d
+
+
+# -- environment and running ---------------------------------------------------------------------
+def build_env(trace_dir: Path, opts: RecordOptions, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The command's environment: the hook first on PYTHONPATH plus the MMPROF_RECORD_* settings."""
+    env = dict(os.environ if base is None else base)
+    old = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(HOOK_DIR) + (os.pathsep + old if old else "")
+    env["MMPROF_RECORD_DIR"] = str(Path(trace_dir).resolve())
+    env["MMPROF_RECORD_MODE"] = opts.mode
+    env["MMPROF_RECORD_MARKERS"] = ",".join(opts.step_markers)
+    env["MMPROF_RECORD_ACTIVITIES"] = opts.activities
+    env["MMPROF_RECORD_START"] = opts.start
+    for key, val in (("MMPROF_RECORD_STEPS", opts.steps), ("MMPROF_RECORD_SKIP", opts.skip if opts.steps else None),
+                     ("MMPROF_RECORD_FLUSH_EVERY", opts.flush_every)):
+        if val is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(val)
+    return env
+
+
+def run_command(cmd: list[str], env: dict[str, str] | None = None) -> int:
+    """Run `cmd` with inherited stdio; forward SIGINT/SIGTERM/SIGHUP; return its exit code (128+N on signal N).
+
+    When stdin is a terminal the command stays in our process group (so it can read the terminal and gets
+    Ctrl-C from it directly) and SIGTERM/SIGHUP are forwarded to it; otherwise it runs in its own process
+    group and every signal is forwarded to the whole group (torchrun and its workers alike).
+    """
+    if not cmd:
+        raise BadInput("no command given: use `mmprof record [OPTIONS] -- CMD ARGS...`")
+    interactive = _isatty(sys.stdin)
+    try:
+        proc = subprocess.Popen(cmd, env=env, process_group=None if interactive else 0)
+    except FileNotFoundError:
+        raise BadInput(f"{cmd[0]}: command not found") from None
+    except PermissionError:
+        raise BadInput(f"{cmd[0]}: permission denied") from None
+    except OSError as e:
+        raise BadInput(f"{cmd[0]}: cannot run it ({e.strerror or e})") from None
+
+    def forward(signum, frame):
+        if interactive and signum == signal.SIGINT:
+            return  # the terminal already delivered it to the command
+        try:
+            if interactive:
+                proc.send_signal(signum)
+            else:
+                os.killpg(proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    sigs = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+    old = {}
+    try:
+        for s in sigs:
+            try:
+                old[s] = signal.signal(s, forward)
+            except ValueError:  # not the main thread: no forwarding
+                pass
+        rc = proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return 128 - rc if rc < 0 else rc
+
+
+def _isatty(f) -> bool:
+    try:
+        return f is not None and f.isatty()
+    except (ValueError, AttributeError):
+        return False
+
+
+def prepare_trace_dir(path: Path) -> Path:
+    """Create the per-process trace folder; clear files a previous record left there (only ours)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"{path}: exists and is not a directory")
+    path.mkdir(parents=True, exist_ok=True)
+    for f in path.iterdir():
+        n = f.name.lstrip(".")
+        if f.is_file() and (n.startswith(("rank", "proc")) and (".pid" in n or n.startswith("proc"))):
+            f.unlink()
+    return path
+
+
+# -- collecting what the processes left ----------------------------------------------------------
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped) counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def wait_for_stragglers(trace_dir: Path, grace_s: float) -> None:
+    """Give processes that outlived the command (orphaned workers) up to `grace_s` to finish writing."""
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        alive = []
+        for m in trace_dir.glob("*.partial"):
+            try:
+                pid = json.loads(m.read_text()).get("pid")
+            except (OSError, ValueError):
+                continue
+            if _pid_alive(pid):
+                alive.append(pid)
+        if not alive:
+            return
+        time.sleep(0.1)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
+        return doc if isinstance(doc, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def collect(trace_dir: Path) -> tuple[list[ProcessCapture], int, list[str]]:
+    """Every process that started a capture: (processes, forked children not captured, warnings)."""
+    trace_dir = Path(trace_dir)
+    procs: list[ProcessCapture] = []
+    warnings: list[str] = []
+    docs: dict[str, tuple[dict[str, Any], bool]] = {}
+    for f in sorted(trace_dir.glob("*.meta.json")):
+        d = _read_json(f)
+        if d is None:
+            warnings.append(f"{f.name}: unreadable capture metadata, ignored")
+            continue
+        docs[f.name[: -len(".meta.json")]] = (d, True)
+    for f in sorted(trace_dir.glob("*.partial")):
+        name = f.name[: -len(".partial")]
+        if name in docs:
+            f.unlink(missing_ok=True)  # exported after all (a race with the marker rewrite)
+            continue
+        d = _read_json(f)
+        if d is None:
+            d = {"name": name}
+            warnings.append(f"{f.name}: unreadable partial marker")
+        docs[name] = (d, False)
+    for name, (d, finished) in sorted(docs.items()):
+        dist = d.get("dist") or {}
+        trace = trace_dir / f"{name}{TRACE_SUFFIX}"
+        if not finished:
+            # a process that died: keep whatever segments it flushed (a closed window, light mode's first part)
+            segs = sorted(trace_dir.glob(f"{name}.seg*{TRACE_SUFFIX}"), key=lambda p: _seg_index(p, name))
+            if segs:
+                combine_traces(segs, trace)
+                for s in segs:
+                    s.unlink(missing_ok=True)
+        segs_meta = list(d.get("segments") or [])
+        if (not finished and d.get("state") == "done" and segs_meta and all(g.get("complete") for g in segs_meta)
+                and trace.exists()):
+            # its window closed and was flushed; it only skipped the clean-up (os._exit, e.g. a forked worker)
+            finished = True
+            d.setdefault("notes", []).append("exited without clean-up after its capture window was written")
+        procs.append(ProcessCapture(
+            name=name, pid=d.get("pid"), env_rank=d.get("rank"), dist_rank=dist.get("rank"),
+            world_size=dist.get("world_size") or d.get("world_size"), host=d.get("host"),
+            argv=list(d.get("argv") or []), trace=trace if trace.exists() else None, finished=finished,
+            state=d.get("state", "?"), steps_seen=int(d.get("steps_seen") or 0),
+            segments=list(d.get("segments") or []), notes=list(d.get("notes") or []), error=d.get("error"),
+        ))
+    forked = len(list(trace_dir.glob("proc*.forked")))
+    return procs, forked, warnings
+
+
+def _seg_index(p: Path, name: str) -> int:
+    try:
+        return int(p.name[len(name) + 4:].split(".", 1)[0])
+    except ValueError:
+        return 0
+
+
+def assign_ranks(procs: list[ProcessCapture]) -> None:
+    """Give each process a Profile rank: its torch.distributed rank, else its RANK env, else the next free one.
+
+    A second process claiming a rank already taken (e.g. a DataLoader worker that inherited RANK) becomes an
+    extra rank after the real ones, flagged `duplicate`.
+    """
+    taken: dict[int, ProcessCapture] = {}
+    procs = [p for p in procs if not (p.trace is None and p.finished)]  # finished with nothing: no rank
+    order = sorted(procs, key=lambda p: (p.dist_rank is None, p.trace is None, p.pid or 0))
+    later: list[ProcessCapture] = []
+    for p in order:
+        r = p.claimed_rank
+        if r is not None and r not in taken:
+            p.rank = r
+            taken[r] = p
+        else:
+            later.append(p)
+    nxt = (max(taken) + 1) if taken else 0
+    for p in sorted(later, key=lambda p: p.pid or 0):
+        if p.claimed_rank is not None:
+            p.status = "duplicate"
+        p.rank = nxt
+        nxt += 1
+
+
+# -- building the Profile ------------------------------------------------------------------------
+def build_profile(procs: list[ProcessCapture], result: RecordResult):
+    """Import each process's trace and merge; fills result.ranks / missing / partial / warnings."""
+    from mmprof.importers import import_paths
+    from mmprof.profiles.model import merge_profiles
+
+    assign_ranks(procs)
+    profiles = []
+    ranks_meta: list[dict[str, Any]] = []
+    for p in sorted(procs, key=lambda p: p.rank if p.rank is not None else 1 << 30):
+        entry: dict[str, Any] = {"rank": p.rank, "pid": p.pid, "host": p.host, "process": p.name,
+                                 "file": str(p.trace) if p.trace else None, "partial": not p.finished}
+        if p.trace is None:
+            p.status = "no-data" if not p.finished else "empty"
+        else:
+            try:
+                prof = import_paths([p.trace], rank=p.rank)
+            except MmprofError as e:
+                result.warnings.append(f"{p.name}: trace could not be imported ({e})")
+                p.status = "no-data"
+                prof = None
+            if prof is not None:
+                if prof.n("ops") == 0 and prof.n("kernels") == 0 and p.claimed_rank is None:
+                    p.status = "empty"  # a helper process that imported torch but ran nothing
+                else:
+                    if not p.status:
+                        p.status = "complete" if p.finished else "partial"
+                    imported = prof.meta.get("ranks") or [{}]
+                    entry = {**imported[0], **entry}
+                    for w in prof.meta.get("warnings", []):
+                        result.warnings.append(f"{p.name}: {w}")
+                    profiles.append(prof)
+        entry["status"] = p.status
+        if p.status == "duplicate":
+            entry["claimed"] = p.claimed_rank
+        if p.error:
+            entry["error"] = p.error
+        if p.notes:
+            entry["notes"] = p.notes
+        if p.status != "empty":
+            ranks_meta.append(entry)
+    result.processes = procs
+    world = _world_size(procs)
+    result.world_size = world
+    have = {e["rank"] for e in ranks_meta if e["status"] in ("complete", "partial", "duplicate")}
+    if world:
+        result.missing_ranks = [r for r in range(world) if r not in have]
+    result.partial_ranks = sorted({e["rank"] for e in ranks_meta if e["partial"]})
+    result.ranks = ranks_meta
+    for e in ranks_meta:
+        if e["status"] == "partial":
+            result.warnings.append(f"rank {e['rank']} (pid {e['pid']}) did not finish: its trace holds only what "
+                                   "was flushed before it died")
+        elif e["status"] == "no-data":
+            result.warnings.append(f"rank {e['rank']} (pid {e['pid']}) died before writing any trace "
+                                   "(killed, os._exit or a crash); only its partial marker is left")
+        elif e["status"] == "duplicate":
+            result.warnings.append(f"pid {e['pid']} also claimed rank {e.get('claimed', '?')}; kept as rank {e['rank']}")
+        if e.get("error"):
+            result.warnings.append(f"rank {e['rank']} (pid {e['pid']}) raised {e['error']}")
+        for n in e.get("notes", []):
+            if ("window" in n or "own torch.profiler" in n or n.startswith(("stopped by signal", "light mode"))):
+                result.warnings.append(f"rank {e['rank']}: {n}")
+    if result.missing_ranks:
+        result.warnings.append(f"world size is {world} but rank(s) {', '.join(map(str, result.missing_ranks))} "
+                               "wrote no trace")
+    if result.forked_not_captured:
+        result.warnings.append(f"{result.forked_not_captured} forked child process(es) not captured "
+                               "(torch.profiler does not survive fork; use spawn or forkserver)")
+    if not profiles:
+        raise CaptureUnavailable(_nothing_captured(procs, result))
+    meta = {
+        "source": {"format": "record", "files": [e["file"] for e in ranks_meta if e.get("file")],
+                   "tool": _tool_version()},
+        "command": result.command,
+        "capture": {"backend": result.backend, "mode": result.mode, "window": result.window,
+                    "trace_dir": result.trace_dir, "processes": len(procs),
+                    "forked_not_captured": result.forked_not_captured,
+                    "shapes": "all ops" if result.mode == "full" else "first step only"},
+        "ranks": ranks_meta,
+        "warnings": list(result.warnings),
+    }
+    if world:
+        meta["parallel"] = {"world_size": world}
+    merged = merge_profiles(profiles, meta=meta)
+    return merged
+
+
+def _world_size(procs: list[ProcessCapture]) -> int | None:
+    sizes = [p.world_size for p in procs if p.world_size and p.status != "duplicate"]
+    return max(sizes) if sizes else None
+
+
+def _tool_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"torch.profiler (torch {version('torch')})"
+    except Exception:
+        return "torch.profiler"
+
+
+def _nothing_captured(procs: list[ProcessCapture], result: RecordResult) -> str:
+    rc = f" (the command exited with code {result.exit_code})"
+    if not procs:
+        return ("no process captured anything: the command started no Python process that imported torch "
+                f"(or it ran a Python where PYTHONPATH is reset){rc}")
+    notes = [n for p in procs for n in p.notes if "window" in n]
+    if notes:
+        return f"nothing captured: {notes[0]}{rc}"
+    return f"nothing captured: {len(procs)} process(es) started a capture but none left usable data{rc}"
+
+
+# -- the whole thing ------------------------------------------------------------------------------
+def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "torch", opts: RecordOptions | None = None,
+           trace_dir: str | os.PathLike | None = None):
+    """Run `cmd` under capture and save the merged Profile at `out`. Returns (RecordResult, Profile).
+
+    `result.exit_code` is the command's exit code, unchanged. When the command ran but nothing usable was
+    captured, a CaptureUnavailable (naming the command's exit code) is raised after the command finished,
+    so its output is never lost.
+    """
+    opts = opts or RecordOptions()
+    opts.validate()
+    if backend not in BACKENDS:
+        raise BadInput(f"unknown backend {backend!r}; backends are {', '.join(BACKENDS)}")
+    out_path = Path(out) if out else Path("mmprof-record.json.gz")
+    tdir = Path(trace_dir) if trace_dir else out_path.with_name(out_path.name.split(".", 1)[0] + ".traces")
+    result = RecordResult(command=list(cmd), exit_code=0, backend=backend, mode=opts.mode, window=opts.window(),
+                          trace_dir=str(tdir), out=str(out_path), world_size=None)
+    if backend != "torch":
+        from mmprof.capture import backends
+
+        return backends.record_with_tool(backend, cmd, out_path, tdir, opts, result)
+    prepare_trace_dir(tdir)
+    env = build_env(tdir, opts)
+    result.exit_code = run_command(cmd, env)
+    wait_for_stragglers(tdir, opts.grace_s)
+    procs, forked, warns = collect(tdir)
+    result.forked_not_captured = forked
+    result.warnings.extend(warns)
+    profile = build_profile(procs, result)
+    from mmprof.profiles.io import save_profile
+
+    save_profile(profile, out_path)
+    return result, profile

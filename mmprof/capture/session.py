@@ -1,0 +1,569 @@
+"""The in-process torch.profiler session shared by `mmprof record` (through its start-up hook) and `mmprof run`.
+
+A `CaptureSession` owns one process's capture:
+
+- **activities**: CPU always; CUDA (which is HIP on ROCm builds) when torch has a usable GPU.
+- **mode**: ``full`` records input shapes for every op; ``light`` records shapes only until the first step
+  of the window completes, then restarts the profiler without shapes (kernels, launches and annotations are
+  always kept). torch.profiler cannot switch shapes off while running, so light mode is two *segments*.
+- **window**: the whole session by default; with ``steps=N, skip=M`` it waits for M steps to complete, captures
+  the next N, and exports as soon as the window closes (so a later crash does not lose it). A *step* ends when
+  the program calls `session.step()`, or when an outermost `record_function` range whose name matches one of
+  `step_markers` exits (see `install_marker_hook`), e.g. ``mmprof.step.*`` or ``ProfilerStep#*``.
+- **export**: each profiler start/stop is one segment written atomically as a gzipped Chrome trace; `export()`
+  combines the segments into ``<name>.pt.trace.json.gz`` and writes ``<name>.meta.json`` next to it.
+
+Nothing here prints; torch is imported only when a session starts.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import gzip
+import json
+import os
+import re
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+# Default names of the annotations that delimit a step (fnmatch patterns): the reference runtime's labels,
+# torch.profiler's own `profile.step()` ranges, and vLLM's model-runner forward scope.
+DEFAULT_STEP_MARKERS: tuple[str, ...] = (
+    "mmprof.step.*",               # the reference runtime (mmprof run)
+    "ProfilerStep#*",              # torch.profiler.profile.step()
+    "gpu_model_runner: forward",   # vLLM V1 model runner, with VLLM_CUSTOM_SCOPES_FOR_PROFILING=1
+)
+
+TRACE_SUFFIX = ".pt.trace.json.gz"
+MODES = ("full", "light")
+
+
+def compile_markers(patterns: Iterable[str]) -> re.Pattern[str] | None:
+    pats = [p for p in patterns if p]
+    if not pats:
+        return None
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in pats))
+
+
+def process_name(rank: int | None, pid: int | None = None) -> str:
+    """The file stem for one process: ``rank{R}.pid{PID}`` or ``proc{PID}`` when the process has no rank."""
+    pid = os.getpid() if pid is None else pid
+    return f"rank{rank}.pid{pid}" if rank is not None else f"proc{pid}"
+
+
+def env_rank(env: dict[str, str] | None = None) -> tuple[int | None, int | None, int | None]:
+    """(rank, local_rank, world_size) from RANK / LOCAL_RANK / WORLD_SIZE; rank falls back to LOCAL_RANK."""
+    env = os.environ if env is None else env
+
+    def _int(key: str) -> int | None:
+        try:
+            return int(env[key])
+        except (KeyError, ValueError):
+            return None
+
+    rank, local, world = _int("RANK"), _int("LOCAL_RANK"), _int("WORLD_SIZE")
+    if rank is None:
+        rank = local
+    return rank, local, world
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+class CaptureSession:
+    """One process's torch.profiler capture. Use as a context manager, or call start()/export() yourself.
+
+    >>> with CaptureSession("out", mode="light", rank=0) as s:   # doctest: +SKIP
+    ...     for i in range(steps):
+    ...         run_step(i)
+    ...         s.step()
+    >>> s.trace_path                                             # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        *,
+        mode: str = "full",
+        rank: int | None = None,
+        local_rank: int | None = None,
+        world_size: int | None = None,
+        steps: int | None = None,
+        skip: int = 0,
+        step_markers: Iterable[str] = DEFAULT_STEP_MARKERS,
+        activities: str = "auto",
+        name: str | None = None,
+        extra_meta: dict[str, Any] | None = None,
+        flush_every: int | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"capture mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if steps is not None and steps < 1:
+            raise ValueError("steps must be at least 1")
+        if skip < 0:
+            raise ValueError("skip must be >= 0")
+        self.out_dir = Path(out_dir)
+        self.mode = mode
+        self.rank, self.local_rank, self.world_size = rank, local_rank, world_size
+        self.steps, self.skip = steps, skip
+        if flush_every is not None and flush_every < 1:
+            raise ValueError("flush_every must be at least 1")
+        self.flush_every = flush_every  # rotate segments every N steps so a crash loses at most N steps
+        self.step_markers = tuple(step_markers)
+        self.marker_re = compile_markers(self.step_markers)
+        self.activities = activities
+        self.pid = os.getpid()
+        self.name = name or process_name(rank, self.pid)
+        self.extra_meta = dict(extra_meta or {})
+        self.steps_seen = 0            # steps completed since the session started
+        self.state = "new"             # new -> waiting | capturing -> done
+        self.segments: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.error: str | None = None  # set when the program died of an uncaught exception
+        self.dist: dict[str, Any] | None = None  # torch.distributed rank/world, remembered while initialised
+        self.gpu = False
+        self.trace_path: Path | None = None
+        self._prof = None
+        self._seg_shapes = False
+        self._seg_start_step = 0
+        self._window_start = 0
+        self._pending = False
+        self.can_switch = None  # callable: True when no record_function range is open (set by install_hooks)
+        self._lock = threading.RLock()
+        self._t0 = time.time()
+
+    # -- paths ----------------------------------------------------------------------------------
+    @property
+    def marker_path(self) -> Path:
+        return self.out_dir / f"{self.name}.partial"
+
+    @property
+    def meta_path(self) -> Path:
+        return self.out_dir / f"{self.name}.meta.json"
+
+    def segment_path(self, k: int) -> Path:
+        return self.out_dir / f"{self.name}.seg{k}{TRACE_SUFFIX}"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def __enter__(self) -> "CaptureSession":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if exc[0] is not None:
+            self.notes.append(f"the program raised {exc[0].__name__}")
+        self.export()
+
+    def start(self) -> None:
+        """Write the partial marker and start capturing (or wait for the first `skip` steps)."""
+        with self._lock:
+            if self.state != "new":
+                return
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.write_marker()
+            if self.skip > 0 and self.steps is not None and self.steps_seen < self.skip:
+                self.state = "waiting"  # steps seen before the start (e.g. before the first GPU use) count
+            else:
+                self._begin_segment(shapes=True)
+                self._window_start = self.steps_seen
+                self.state = "capturing"
+
+    def step(self, label: str | None = None) -> None:
+        """One step completed: advance the window (start, switch light-mode segment, or close it).
+
+        The profiler is only stopped or restarted at a *safe point*: when `can_switch()` says no
+        record_function range is open (restarting inside an open range crashes torch when that range exits).
+        Otherwise the transition waits for `safe_point()`, which the marker hook calls when the last range
+        closes. Without `can_switch` (code calling step() itself between steps) every call is a safe point.
+        """
+        with self._lock:
+            self._note_dist()
+            self.steps_seen += 1
+            if self.state in ("new", "done", "yielded"):
+                return
+            if self.can_switch is not None and not self.can_switch():
+                self._pending = True
+                return
+            self._advance()
+
+    def safe_point(self) -> None:
+        """No range is open any more: carry out a transition that step() had to defer."""
+        with self._lock:
+            if self._pending and self.state in ("waiting", "capturing"):
+                self._pending = False
+                self._advance()
+
+    def _advance(self) -> None:
+        self._pending = False
+        if self.state == "waiting":
+            if self.steps_seen >= self.skip:
+                self._begin_segment(shapes=True)
+                self._window_start = self.steps_seen
+                self.state = "capturing"
+            return
+        if self.steps is not None and self.steps_seen - self._window_start >= self.steps:
+            self._end_segment()
+            self.state = "done"
+            self.write_marker()
+            return
+        if self.steps_seen <= self._seg_start_step:
+            return
+        if self.mode == "light" and self._seg_shapes:
+            self._end_segment()
+            self._begin_segment(shapes=False)
+        elif self.flush_every and self.steps_seen - self._seg_start_step >= self.flush_every:
+            shapes = self._seg_shapes
+            self._end_segment()
+            self._begin_segment(shapes=shapes)
+
+    def yield_to_program(self, why: str) -> None:
+        """The program started its own profiler: stop ours (keeping what we have) so theirs can run."""
+        with self._lock:
+            if self.state == "capturing":
+                self._end_segment()
+            if self.state not in ("done",):
+                self.state = "yielded"
+                self.notes.append(why)
+                self.write_marker()
+
+    def export(self) -> Path | None:
+        """Stop capturing, combine the segments into one trace, write the meta file, remove the marker.
+
+        Returns the trace path, or None when nothing was captured (the window never opened).
+        """
+        with self._lock:
+            if self.state == "capturing":
+                self._end_segment()
+            if self.state == "new":
+                remove_session(self)
+                return self.trace_path
+            if self.steps is not None and self.state in ("waiting", "capturing", "done"):
+                captured = max(0, self.steps_seen - self._window_start)
+                if self.state == "waiting":
+                    self.notes.append(f"the capture window never opened: {self.steps_seen} step(s) seen, "
+                                      f"--skip {self.skip} (step markers: {', '.join(self.step_markers)})")
+                elif captured < self.steps:
+                    self.notes.append(f"only {captured} of {self.steps} window step(s) completed")
+            if self.mode == "light" and self.segments and all(s["record_shapes"] for s in self.segments):
+                self.notes.append("light mode: no step completed (no step marker seen), so shapes were recorded "
+                                  "for the whole capture")
+            self.state = "done"
+            files = [Path(s["file"]) for s in self.segments if Path(s["file"]).exists()]
+            if files:
+                final = self.out_dir / f"{self.name}{TRACE_SUFFIX}"
+                combine_traces(files, final)
+                for f in files:
+                    if f != final:
+                        f.unlink(missing_ok=True)
+                self.trace_path = final
+            meta = self.info(finished=True)
+            _atomic_text(self.meta_path, json.dumps(meta, indent=1))
+            self.marker_path.unlink(missing_ok=True)
+            remove_session(self)
+            return self.trace_path
+
+    # -- state on disk --------------------------------------------------------------------------
+    def info(self, finished: bool = False) -> dict[str, Any]:
+        """What this process captured: written as the marker (while running) and the meta file (at the end)."""
+        return {
+            "name": self.name,
+            "pid": self.pid,
+            "host": socket.gethostname(),
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "world_size": self.world_size,
+            "dist": self._note_dist(),
+            "argv": list(sys.argv),
+            "started": self._t0,
+            "updated": time.time(),
+            "finished": finished,
+            "state": self.state,
+            "mode": self.mode,
+            "window": {"skip": self.skip, "steps": self.steps, "markers": list(self.step_markers),
+                       "flush_every": self.flush_every},
+            "steps_seen": self.steps_seen,
+            "gpu": self.gpu,
+            "segments": [dict(s, file=Path(s["file"]).name) for s in self.segments],
+            "trace": self.trace_path.name if self.trace_path else None,
+            "notes": list(self.notes),
+            "error": self.error,
+            **self.extra_meta,
+        }
+
+    def write_marker(self) -> None:
+        _atomic_text(self.marker_path, json.dumps(self.info(), indent=1))
+
+    def _note_dist(self) -> dict[str, Any] | None:
+        """torch.distributed's view of this process; remembered, since programs destroy the group before exit."""
+        if self.dist is None:
+            self.dist = _dist_info()
+        return self.dist
+
+    # -- profiler -------------------------------------------------------------------------------
+    def _activities(self) -> list:
+        from torch.profiler import ProfilerActivity
+
+        acts = [ProfilerActivity.CPU]
+        if self.activities == "cpu":
+            return acts
+        if self.activities in ("auto", "gpu") and gpu_available():
+            acts.append(ProfilerActivity.CUDA)
+            self.gpu = True
+        return acts
+
+    def _begin_segment(self, shapes: bool) -> None:
+        import torch.profiler as tp
+
+        record_shapes = shapes  # light mode: the first segment only (callers pass shapes=False afterwards)
+        prof = tp.profile(activities=self._activities(), record_shapes=record_shapes,
+                          profile_memory=False, with_stack=False)
+        global _OWN_START
+        _OWN_START = True
+        try:
+            prof.start()
+        finally:
+            _OWN_START = False
+        self._prof = prof
+        self._seg_shapes = record_shapes
+        self._seg_start_step = self.steps_seen
+        self.segments.append({"k": len(self.segments), "file": str(self.segment_path(len(self.segments))),
+                              "record_shapes": record_shapes, "first_step": self.steps_seen,
+                              "started": time.time(), "complete": False})
+        self.write_marker()
+
+    def _end_segment(self) -> None:
+        prof, self._prof = self._prof, None
+        if prof is None:
+            return
+        seg = self.segments[-1]
+        try:
+            info = self._note_dist()
+            if info:
+                prof.add_metadata_json("distributedInfo", json.dumps(info, default=str))
+            prof.add_metadata_json("mmprof_capture", json.dumps(
+                {"mode": self.mode, "record_shapes": seg["record_shapes"], "segment": seg["k"],
+                 "rank": self.rank, "pid": self.pid}))
+        except Exception:  # metadata is a nicety; never lose the trace over it
+            pass
+        prof.stop()
+        path = Path(seg["file"])
+        tmp = path.with_name(f".{path.name}")  # hidden while written; ends in .gz so torch gzips it
+        prof.export_chrome_trace(str(tmp))
+        os.replace(tmp, path)
+        seg.update(complete=True, last_step=self.steps_seen, stopped=time.time())
+        self.write_marker()
+
+
+_OWN_START = False  # True while a CaptureSession starts its own profiler (see hook: yield detection)
+
+
+def own_start_in_progress() -> bool:
+    return _OWN_START
+
+
+def gpu_available() -> bool:
+    """Whether torch has a usable CUDA/HIP device, checked without initialising the CUDA runtime.
+
+    Uses NVML where torch supports it so that a parent process that later forks workers is not left with
+    an initialised driver by mmprof.
+    """
+    import torch
+
+    if not (getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)):
+        return False
+    old = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+    finally:
+        if old is None:
+            os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+        else:
+            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = old
+
+
+def _dist_info() -> dict[str, Any] | None:
+    """rank / world size / backend from torch.distributed when this process initialised it."""
+    mod = sys.modules.get("torch.distributed")
+    try:
+        if mod is None or not mod.is_available() or not mod.is_initialized():
+            return None
+        return {"rank": mod.get_rank(), "world_size": mod.get_world_size(), "backend": str(mod.get_backend())}
+    except Exception:
+        return None
+
+
+# -- combining segments ----------------------------------------------------------------------------
+def _read_trace(path: Path) -> dict[str, Any]:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    doc = json.loads(raw)
+    if isinstance(doc, list):
+        doc = {"traceEvents": doc}
+    return doc
+
+
+def combine_traces(paths: list[Path], out: Path) -> Path:
+    """Concatenate Chrome traces of one process (its segments) into one gzipped trace at `out`.
+
+    Segments of one process share the Kineto clock; when their `baseTimeNanoseconds` differ, later segments'
+    `ts` are shifted onto the first one's base. Top-level keys come from the first segment, except that
+    `record_shapes` is kept when any segment had it, and `mmprof_segments` lists what each segment held.
+    """
+    paths = list(paths)
+    if len(paths) == 1:
+        if paths[0] != out:
+            os.replace(paths[0], out)
+        return out
+    docs = [_read_trace(p) for p in paths]
+    first = docs[0]
+    base0 = first.get("baseTimeNanoseconds")
+    events: list[Any] = []
+    segs = []
+    for k, d in enumerate(docs):
+        evs = d.get("traceEvents") or []
+        base = d.get("baseTimeNanoseconds")
+        shift_us = (base - base0) / 1000.0 if isinstance(base, (int, float)) and isinstance(base0, (int, float)) else 0.0
+        if shift_us:
+            for e in evs:
+                if isinstance(e, dict) and isinstance(e.get("ts"), (int, float)):
+                    e["ts"] = e["ts"] + shift_us
+        events.extend(evs)
+        segs.append({"segment": k, "events": len(evs), "record_shapes": bool(d.get("record_shapes"))})
+    doc = {k: v for k, v in first.items() if k != "traceEvents"}
+    if any(d.get("record_shapes") for d in docs):
+        doc["record_shapes"] = 1
+    for d in docs[1:]:
+        if "distributedInfo" in d and "distributedInfo" not in doc:
+            doc["distributedInfo"] = d["distributedInfo"]
+    doc["mmprof_segments"] = segs
+    doc["traceEvents"] = events
+    data = gzip.compress(json.dumps(doc).encode(), compresslevel=6, mtime=0)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, out)
+    return out
+
+
+# -- hooks into torch: step markers and programs that run their own profiler ------------------------
+_ACTIVE: list[CaptureSession] = []
+_OPEN = [0]  # record_function ranges open right now, all threads (entered through the patched class)
+_tls = threading.local()
+_installed = False
+
+
+def install_hooks(session: CaptureSession) -> None:
+    """Route step markers and "the program started its own profiler" to `session`.
+
+    Patches `torch.autograd.profiler.record_function.__enter__/__exit__` (the class behind
+    `torch.profiler.record_function` and `profile.step()`'s ``ProfilerStep#N`` ranges): the exit of an
+    outermost range whose name matches the session's step markers counts as one completed step. Patches
+    `torch.autograd.profiler.profile._prepare_trace` so a profiler the program starts itself makes the
+    session stop and keep what it has, instead of the program failing on "profiler already enabled".
+    """
+    global _installed
+    if session not in _ACTIVE:
+        _ACTIVE.append(session)
+    session.can_switch = lambda: _OPEN[0] == 0
+    if _installed:
+        return
+    import torch.autograd.profiler as ap
+
+    rf = ap.record_function
+    orig_enter, orig_exit = rf.__enter__, rf.__exit__
+    cache: dict[str, bool] = {}
+    open_lock = threading.Lock()
+
+    def _is_marker(name: Any) -> bool:
+        hit = cache.get(name)
+        if hit is None:
+            hit = any(s.marker_re is not None and s.marker_re.match(str(name)) for s in _ACTIVE)
+            if len(cache) < 65536:
+                cache[name] = hit
+        return hit
+
+    def __enter__(self):  # noqa: N807
+        out = orig_enter(self)
+        try:
+            with open_lock:
+                _OPEN[0] += 1
+            if _ACTIVE and _is_marker(self.name):
+                _tls.depth = getattr(_tls, "depth", 0) + 1
+        except Exception:
+            pass
+        return out
+
+    def __exit__(self, *exc):  # noqa: N807
+        out = orig_exit(self, *exc)
+        try:
+            with open_lock:
+                _OPEN[0] = max(0, _OPEN[0] - 1)
+                idle = _OPEN[0] == 0
+            if _ACTIVE and _is_marker(self.name):
+                depth = getattr(_tls, "depth", 1) - 1
+                _tls.depth = max(depth, 0)
+                if depth <= 0:
+                    for s in list(_ACTIVE):
+                        s.step(self.name)
+            if idle:
+                for s in list(_ACTIVE):
+                    s.safe_point()
+        except Exception as e:  # a capture problem must never break the program
+            _log_once(f"step marker handling failed: {e!r}")
+        return out
+
+    rf.__enter__, rf.__exit__ = __enter__, __exit__
+
+    prof_cls = ap.profile
+    orig_prepare = prof_cls._prepare_trace
+
+    def _prepare_trace(self, *a, **k):
+        if not _OWN_START:
+            for s in list(_ACTIVE):
+                try:
+                    s.yield_to_program("the program started its own torch.profiler; mmprof's capture of this "
+                                       "process stopped there (the program's own trace holds the rest)")
+                except Exception as e:
+                    _log_once(f"could not hand the profiler over to the program: {e!r}")
+        return orig_prepare(self, *a, **k)
+
+    prof_cls._prepare_trace = _prepare_trace
+    _installed = True
+
+
+def reset_after_fork() -> None:
+    """In a forked child: the parent's open ranges are not the child's (a multiprocessing child never exits
+    them), so start counting from zero."""
+    _OPEN[0] = 0
+    _tls.depth = 0
+
+
+def remove_session(session: CaptureSession) -> None:
+    if session in _ACTIVE:
+        _ACTIVE.remove(session)
+
+
+_logged: set[str] = set()
+
+
+def _log_once(msg: str) -> None:
+    if msg in _logged:
+        return
+    _logged.add(msg)
+    try:
+        sys.stderr.write(f"[mmprof] {msg}\n")
+    except Exception:
+        pass

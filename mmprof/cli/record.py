@@ -1,0 +1,79 @@
+"""`mmprof record [-o OUT] [--backend torch|rocprofv3|nsys] [--steps N --skip M] [--light] -- CMD ARGS...`"""
+
+from __future__ import annotations
+
+import click
+
+from mmprof.cli._common import console, echo_json
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-o", "--output", "out", default="mmprof-record.json.gz", show_default=True,
+              help="Profile to write (.json or .json.gz).")
+@click.option("--backend", type=click.Choice(["torch", "rocprofv3", "nsys"]), default="torch", show_default=True,
+              help="torch: torch.profiler in every process (no code changes); rocprofv3 / nsys: run under the tool.")
+@click.option("--steps", type=int, default=None, help="Capture N steps (default: the whole run).")
+@click.option("--skip", type=int, default=0, show_default=True, help="Skip the first M steps before capturing.")
+@click.option("--step-marker", "markers", multiple=True, metavar="PATTERN",
+              help="Annotation name (glob) that delimits a step; repeatable. Default: mmprof.step.*, "
+                   "ProfilerStep#*, 'gpu_model_runner: forward' (vLLM).")
+@click.option("--flush-every", type=int, default=None, metavar="N",
+              help="Write each process's trace every N steps, so a process that dies keeps all but its last N.")
+@click.option("--light", is_flag=True, help="Light capture: shapes for the first step only (launch-bound runs).")
+@click.option("--cpu-only", is_flag=True, help="Capture CPU ops and annotations only, no GPU activity.")
+@click.option("--start", type=click.Choice(["auto", "import", "gpu"]), default="auto", show_default=True,
+              help="When each process starts capturing: at `import torch`, or when it first initialises the GPU "
+                   "(auto: gpu on GPU builds of torch, import otherwise).")
+@click.option("--trace-dir", default=None, help="Where per-process traces go (default: OUT's name + .traces).")
+@click.option("--grace", type=float, default=10.0, show_default=True,
+              help="Seconds to wait for workers that outlive the command to finish writing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the record result as JSON on stdout at the end.")
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def record(ctx, out, backend, steps, skip, markers, flush_every, light, cpu_only, start, trace_dir, grace, as_json, cmd):
+    """Run CMD unchanged and capture every Python process it starts (torchrun ranks, spawn workers).
+
+    Its output and exit code pass through; the per-rank traces are merged into one Profile at OUT, and
+    ranks that are missing or did not finish are reported on stderr.
+
+    Example: mmprof record -o m3.json.gz -- torchrun --nproc-per-node 8 serve_bench.py
+    """
+    from mmprof.capture.record import RecordOptions, record as do_record
+    from mmprof.capture.session import DEFAULT_STEP_MARKERS
+    from mmprof.errors import MmprofError
+
+    opts = RecordOptions(mode="light" if light else "full", steps=steps, skip=skip,
+                         step_markers=tuple(markers) or DEFAULT_STEP_MARKERS,
+                         activities="cpu" if cpu_only else "auto", start=start, grace_s=grace,
+                         flush_every=flush_every)
+    try:
+        result, _profile = do_record(list(cmd), out, backend=backend, opts=opts, trace_dir=trace_dir)
+    except MmprofError:
+        raise  # the command (if it ran) already printed its output; main() prints one line and exits 2
+    _report(result)
+    if as_json:
+        echo_json(result.to_dict())
+    ctx.exit(result.exit_code)
+
+
+def _report(result) -> None:
+    """A short table on stderr: one row per rank with its state, plus warnings."""
+    from rich.table import Table
+
+    con = console(stderr=True)
+    t = Table(title=f"mmprof record: {result.backend}, {result.mode} capture", title_justify="left")
+    for col in ("rank", "pid", "status", "file"):
+        t.add_column(col)
+    for r in result.ranks:
+        status = r.get("status") or ("partial" if r.get("partial") else "complete")
+        style = {"complete": "green", "partial": "yellow"}.get(status, "red")
+        t.add_row(str(r.get("rank")), str(r.get("pid") or ""), f"[{style}]{status}[/]", str(r.get("file") or "-"))
+    listed = {r.get("rank") for r in result.ranks}
+    for m in result.missing_ranks:
+        if m in listed:
+            continue
+        t.add_row(str(m), "", "[red]missing[/]", "-")
+    con.print(t)
+    for w in result.warnings:
+        con.print(f"[yellow]warning:[/] {w}")
+    con.print(f"wrote {result.out} (command exit code {result.exit_code})")
