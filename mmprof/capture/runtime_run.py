@@ -200,6 +200,7 @@ class RankOutcome:
     dispatch: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     tokens: list[list[int]] | None = None
+    peaks: dict[str, Any] | None = None  # measured on CPU runs (a CPU has no datasheet peak in mmprof.hardware)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -266,7 +267,7 @@ def _captured_run(model, workload, opts: RunOptions, mode: str, work_dir: Path, 
     from mmprof.capture.session import CaptureSession
     from mmprof.runtime import generate
 
-    session = CaptureSession(work_dir, mode=mode, rank=rank, world_size=world, name=f"rank{rank}.{mode}",
+    session = CaptureSession(work_dir, quiet=True, mode=mode, rank=rank, world_size=world, name=f"rank{rank}.{mode}",
                              activities="gpu" if opts.device == "cuda" else "cpu", step_markers=())
     switch_ms = [0.0]
     switched = []
@@ -320,8 +321,12 @@ def run_rank(opts: RunOptions, work_dir: str | os.PathLike, rank: int = 0, world
     model = build_model(args, opts.switches(), tp=opts.tp, ep=opts.ep, rank=rank, device=dev,
                         dtype=getattr(torch, opts.dtype), group=group, seed=opts.seed)
     model.dispatch.rank = rank
+    if dev == "cpu":
+        out_peaks = measure_cpu_peaks(opts.dtype)
     workload = Workload(batch=opts.batch, prompt_len=opts.prompt_len, decode_steps=opts.decode_steps, seed=opts.seed)
     out = RankOutcome(rank=rank, world_size=world)
+    if dev == "cpu":
+        out.peaks = out_peaks
     for i in range(opts.warmup):
         tick(f"warm-up {i + 1}/{opts.warmup}")
         generate(model, workload)
@@ -358,6 +363,41 @@ def run_rank(opts: RunOptions, work_dir: str | os.PathLike, rank: int = 0, world
     if progress is not None:
         progress("done", total, total)
     return out
+
+
+def measure_cpu_peaks(dtype: str) -> dict[str, Any]:
+    """This CPU's matmul rate and copy bandwidth, measured now (best of 3), so a CPU run gets a roofline.
+
+    A CPU has no datasheet entry in mmprof.hardware: its peaks depend on cores, clocks and ISA. The
+    numbers are what torch reaches on this machine at this moment (noisy on a shared host); the profile
+    says they were measured.
+    """
+    import torch
+
+    def best(fn, reps: int = 3) -> float:
+        fn()
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    n = 1024
+    a = torch.randn(n, n)
+    b = torch.randn(n, n)
+    fp32 = 2 * n**3 / best(lambda: a @ b) / 1e12
+    peaks: dict[str, Any] = {"fp32_tflops": fp32}
+    if dtype == "bfloat16":
+        ab, bb = a.bfloat16(), b.bfloat16()
+        peaks["bf16_tflops"] = 2 * n**3 / best(lambda: ab @ bb) / 1e12
+    x = torch.empty(16 * 2**20)  # 64 MiB of float32, well past the caches
+    x.fill_(1.0)
+    y = torch.empty_like(x)
+    peaks["hbm_tbs"] = 2 * x.numel() * 4 / best(lambda: y.copy_(x)) / 1e12  # bytes read + written
+    peaks["source"] = (f"measured by mmprof run on this CPU ({os.cpu_count()} cores, torch "
+                       f"{torch.__version__}): best of 3 {n}^3 matmuls and 64 MiB copies")
+    return peaks
 
 
 # -- the whole run ----------------------------------------------------------------------------------
@@ -476,6 +516,14 @@ def assemble(opts: RunOptions, outcomes: list[RankOutcome]):
     meta.setdefault("clock", {"unit": "ns", "note": "per-rank profiler clock"})
     if not meta.get("ranks"):
         meta["ranks"] = [{"rank": o.rank} for o in outcomes]
+    for o in outcomes:
+        if o.peaks:  # CPU run: the host is the device; its roofline comes from the measured peaks
+            rm = next((r for r in meta["ranks"] if r.get("rank") == o.rank), None)
+            if rm is not None and not rm.get("devices"):
+                import platform
+
+                rm["devices"] = [{"index": -1, "name": platform.processor() or platform.machine() or "cpu",
+                                  "vendor": "cpu", "arch": platform.machine(), "peak_key": None, "peaks": o.peaks}]
     b = ProfileBuilder({})
     for o in outcomes:
         for row in o.dispatch:

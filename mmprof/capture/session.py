@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fnmatch
 import gzip
+import contextlib
 import json
 import os
 import re
@@ -105,6 +106,7 @@ class CaptureSession:
         name: str | None = None,
         extra_meta: dict[str, Any] | None = None,
         flush_every: int | None = None,
+        quiet: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"capture mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -122,6 +124,7 @@ class CaptureSession:
         self.step_markers = tuple(step_markers)
         self.marker_re = compile_markers(self.step_markers)
         self.activities = activities
+        self.quiet = quiet  # drop Kineto's USDT/STAGE log lines (mmprof's own runs; `record` never filters)
         self.pid = os.getpid()
         self.name = name or process_name(rank, self.pid)
         self.extra_meta = dict(extra_meta or {})
@@ -330,7 +333,8 @@ class CaptureSession:
         global _OWN_START
         _OWN_START = True
         try:
-            prof.start()
+            with _kineto_log_filtered(self.quiet):
+                prof.start()
         finally:
             _OWN_START = False
         self._prof = prof
@@ -355,13 +359,40 @@ class CaptureSession:
                  "rank": self.rank, "pid": self.pid}))
         except Exception:  # metadata is a nicety; never lose the trace over it
             pass
-        prof.stop()
+        with _kineto_log_filtered(self.quiet):
+            prof.stop()
         path = Path(seg["file"])
         tmp = path.with_name(f".{path.name}")  # hidden while written; ends in .gz so torch gzips it
         prof.export_chrome_trace(str(tmp))
         os.replace(tmp, path)
         seg.update(complete=True, last_step=self.steps_seen, stopped=time.time())
         self.write_marker()
+
+
+@contextlib.contextmanager
+def _kineto_log_filtered(active: bool):
+    """Hide the `USDT:`/`STAGE:` lines Kineto writes straight to fd 2 at profiler start/stop (no env var
+    turns them off); every other line written meanwhile is passed on."""
+    if not active:
+        yield
+        return
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [ln for ln in tmp.read().decode(errors="replace").splitlines(True)
+                    if not ln.startswith(("USDT:", "STAGE:"))]
+            if kept:
+                sys.stderr.write("".join(kept))
 
 
 _OWN_START = False  # True while a CaptureSession starts its own profiler (see hook: yield detection)
