@@ -25,7 +25,7 @@ def test_demo_saves_before_and_after_profiles(demo_result):
     assert b.meta["run"]["switches"] == {"moe_impl": "loop", "shared_expert": "separate", "block_reuse": 1,
                                          "attention": "sparse"}
     assert a.meta["run"]["switches"]["moe_impl"] == "grouped" and a.meta["run"]["switches"]["shared_expert"] == "fused"
-    assert a.meta["run"]["switches"]["block_reuse"] == 2
+    assert a.meta["run"]["switches"]["block_reuse"] == 4
     for run in demo_result.runs.values():
         assert run["tokens_per_s"]["plain"]["decode"] > 0
     sp = demo_result.speedup
@@ -63,7 +63,7 @@ def test_render_tells_the_story(demo_result, capsys):
     render(demo_result)
     out = capsys.readouterr().out
     flat = " ".join(out.split())
-    assert "loop/separate/K=1" in flat and "grouped/fused/K=2" in flat
+    assert "loop/separate/K=1" in flat and "grouped/fused/K=4" in flat
     assert "speed-up after/before" in flat
     assert "before: FAIL (exit 1)" in flat and "after: PASS (exit 0)" in flat
     assert "FP001 shared-expert-separate" in flat and "FP002 block-selection-recomputed" in flat

@@ -43,8 +43,11 @@ def test_live_tp2_equals_analytic(live_tp2):
     assert {"attn.qkv", "attn.core", "attn.indexer", "attn.o_proj", "mlp", "moe.router", "moe.routed", "lm_head"} <= roles
     assert comp.per_rank[0] == comp.per_rank[1]
     # what rank 1 really received: tiny TP2 sparse qkv N = 4x32 + 2x(1x32) + 32 + 32 = 256; routed gate_up 2x32 x 17 slots
-    qkv = [c for c in lc.calls if c.rank == 1 and c.scope == "layers.3.attn.qkv"]
+    qkv = [c for c in lc.calls if c.rank == 1 and c.scope == "layers.2.attn.qkv"]  # computes the selection
     assert {canonical(c.op, c.shapes)[1:3] for c in qkv} == {(256, 128)}
+    # layer 3 reuses layer 2's selection (block reuse K=4, the default): no index q/k columns, N = 256 - 2x32
+    reuse = [c for c in lc.calls if c.rank == 1 and c.scope == "layers.3.attn.qkv"]
+    assert {canonical(c.op, c.shapes)[1:3] for c in reuse} == {(192, 128)}
     assert {c.phase: canonical(c.op, c.shapes)[0] for c in qkv} == {"prefill": BATCH * PROMPT, "decode": BATCH}
     gm = [canonical(c.op, c.shapes) for c in lc.calls if c.op.startswith("aten._grouped_mm")]
     assert (BATCH * PROMPT * 5, 64, 128, 17) in gm  # rows = tokens x (top-4 + fused shared)

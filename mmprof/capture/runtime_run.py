@@ -41,7 +41,6 @@ Progress = Callable[[str, int, int], None]
 PRESET_NAMES = ("tiny", "small", "m3-rank-slice", "m3")
 CAPTURE_MODES = ("full", "light", "none")
 DTYPES = ("float32", "bfloat16")
-FAST_BLOCK_REUSE = 2  # `--fast`: one sparse layer computes the block selection, the next one reuses it
 MEMORY_HEADROOM = 0.8  # refuse when the weights alone need more than this share of the memory there is
 
 
@@ -76,7 +75,7 @@ class RunOptions:
 
         if self.base not in ("fast", "baseline"):
             raise BadInput(f"base switches must be fast or baseline, not {self.base!r}")
-        sw = Switches.baseline() if self.base == "baseline" else Switches(block_reuse=FAST_BLOCK_REUSE)
+        sw = Switches.baseline() if self.base == "baseline" else Switches()
         over = {k: v for k, v in (("moe_impl", self.moe_impl), ("shared_expert", self.shared_expert),
                                   ("block_reuse", self.block_reuse), ("attention", self.attention)) if v is not None}
         return dataclasses.replace(sw, **over) if over else sw
@@ -529,14 +528,6 @@ def assemble(opts: RunOptions, outcomes: list[RankOutcome]):
         for row in o.dispatch:
             b.row("dispatch", **row)
     profile = merge_profiles([imported, b.build()], meta=meta)
-    if traces and profile.n("collectives") == 0 and len(outcomes) > 1:
-        from mmprof.capture.launch import add_c10d_collectives
-
-        n = add_c10d_collectives(profile, opts)
-        if n:
-            warnings.append(f"{n} collectives taken from the c10d ops (the trace has no record_param_comms events "
-                            f"for the {'nccl' if opts.device == 'cuda' else 'gloo'} backend); message sizes assume "
-                            f"{opts.dtype} activations")
     if traces:
         warnings.extend(scope_warnings(profile, opts.device))
     if warnings:

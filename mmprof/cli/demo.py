@@ -28,7 +28,7 @@ from mmprof.cli._common import console, echo_json, json_option
 # label, base switches, what the switches mean
 SIDES = (
     ("before", "baseline", "loop experts, separate shared expert, selection per layer (K=1)"),
-    ("after", "fast", "grouped experts, fused shared expert, selection reused (K=2)"),
+    ("after", "fast", "grouped experts, fused shared expert, selection reused (K=4)"),
 )
 
 

@@ -14,7 +14,7 @@ def switch_options(f):
     """The runtime switches as options (shared with `mmprof demo`'s documentation)."""
     opts = [
         click.option("--fast", "base", flag_value="fast", default=True,
-                     help="Start from the fast paths: grouped experts, fused shared expert, block reuse K=2, sparse."),
+                     help="Start from the fast paths: grouped experts, fused shared expert, block reuse K=4, sparse."),
         click.option("--baseline", "base", flag_value="baseline",
                      help="Start from the baseline: loop experts, separate shared expert, selection per layer."),
         click.option("--moe-impl", type=click.Choice(["loop", "grouped"]),

@@ -1,0 +1,137 @@
+"""Attention: fused QKV(+index) projection, per-head Gemma QK norm + partial RoPE, indexer, core, o_proj.
+
+Sparse layers use one column-parallel GEMM emitting [q | k | v | index_q | index_k] (vLLM's
+MinimaxM3QKVParallelLinearWithIndexer); full layers a plain fused qkv. A layer that reuses another layer's
+block selection (block_reuse K > 1) multiplies only the [q | k | v] rows of the same weight (a view).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .indexer import select_blocks
+from .layers import GemmaRMSNorm, apply_rope
+from .scopes import scope
+
+GATHER_MAX_T = 16  # queries per forward up to which the sparse core gathers the selected blocks
+
+
+def attend_dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int, scale: float) -> torch.Tensor:
+    """q: [B, H, T, D]; k, v: [B, KV, L, D] (L = pos+T); causal GQA attention -> [B, H, T, D]."""
+    t, length = q.shape[2], k.shape[2]
+    mask = None
+    if t > 1:
+        qpos = torch.arange(pos, pos + t, device=q.device)
+        mask = torch.arange(length, device=q.device)[None, :] <= qpos[:, None]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
+def attend_sparse_masked(q, k, v, pos: int, scale: float, sel: torch.Tensor, block: int) -> torch.Tensor:
+    """Sparse attention as a mask over dense scores (same math as transformers' eager path).
+
+    sel: [B, KV, T, topk] block ids (-1 = none)."""
+    b, h, t, _ = q.shape
+    kvh, length = k.shape[1], k.shape[2]
+    g = h // kvh
+    nb = -(-length // block)
+    safe = sel.masked_fill(sel < 0, nb)
+    keep = torch.zeros(b, kvh, t, nb + 1, dtype=torch.bool, device=q.device)
+    keep.scatter_(-1, safe, True)
+    keep = keep[..., :nb].repeat_interleave(block, dim=-1)[..., :length]  # [B, KV, T, L]
+    qpos = torch.arange(pos, pos + t, device=q.device)
+    keep = keep & (torch.arange(length, device=q.device)[None, :] <= qpos[:, None])
+    keep = keep.repeat_interleave(g, dim=1)  # [B, H, T, L]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=scale, enable_gqa=True)
+
+
+def attend_sparse_gather(q, k, v, pos: int, scale: float, sel: torch.Tensor, block: int) -> torch.Tensor:
+    """Sparse attention that reads only the selected blocks: O(topk*block) keys per query, not O(L)."""
+    b, h, t, d = q.shape
+    kvh, length = k.shape[1], k.shape[2]
+    g = h // kvh
+    offs = torch.arange(block, device=q.device)
+    tok = (sel.clamp(min=0)[..., None] * block + offs).flatten(-2)  # [B, KV, T, S'] token ids
+    qpos = torch.arange(pos, pos + t, device=q.device)[None, None, :, None]
+    valid = (sel >= 0).repeat_interleave(block, dim=-1) & (tok <= qpos) & (tok < length)
+    tok = tok.clamp(max=length - 1)
+    s = tok.shape[-1]
+    idx = tok[..., None].expand(b, kvh, t, s, d)
+    ks = torch.gather(k[:, :, None].expand(b, kvh, t, length, d), 3, idx)  # [B, KV, T, S', D]
+    vs = torch.gather(v[:, :, None].expand(b, kvh, t, length, d), 3, idx)
+    qg = q.view(b, kvh, g, t, d)
+    att = torch.einsum("bkgtd,bktsd->bkgts", qg, ks).float() * scale
+    att = att.masked_fill(~valid[:, :, None], float("-inf")).softmax(dim=-1)
+    out = torch.einsum("bkgts,bktsd->bkgtd", att.to(vs.dtype), vs)
+    return out.reshape(b, h, t, d).to(q.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, args, plan, layer_id: int, sparse: bool, comm):
+        super().__init__()
+        self.layer_id, self.sparse, self.comm = layer_id, sparse, comm
+        self.hd, self.ihd = args.head_dim, args.index_head_dim
+        self.nh, self.nkv, self.nih = plan.n_heads, plan.n_kv_heads, plan.n_index_heads
+        self.block, self.topk, self.local = args.index_block_size, args.index_topk_blocks, args.index_local_blocks
+        self.qkv_n = plan.qkv_n
+        self.scale = args.head_dim ** -0.5
+        # [H] -> [q | k | v (| index_q | index_k)]
+        self.qkv = nn.Linear(args.hidden_size, plan.qkv_index_n if sparse else plan.qkv_n, bias=False)
+        self.o_proj = nn.Linear(plan.o_proj_k, args.hidden_size, bias=False)  # row-parallel
+        self.q_norm = GemmaRMSNorm(args.head_dim, args.norm_eps)
+        self.k_norm = GemmaRMSNorm(args.head_dim, args.norm_eps)
+        if sparse:
+            self.index_q_norm = GemmaRMSNorm(args.index_head_dim, args.norm_eps)
+            self.index_k_norm = GemmaRMSNorm(args.index_head_dim, args.norm_eps)
+
+    def forward(self, x: torch.Tensor, pos: int, cos: torch.Tensor, sin: torch.Tensor, cache, state) -> torch.Tensor:
+        """x: [B, T, H] -> [B, T, H] (already all-reduced under TP)."""
+        b, t, _ = x.shape
+        p = f"layers.{self.layer_id}.attn"
+        sw, log = state.switches, state.dispatch
+        want_dense = sw.attention == "dense"
+        compute_sel = self.sparse and not want_dense and state.should_compute_selection(self.layer_id)
+        with scope(f"{p}.qkv"):
+            w = self.qkv.weight if compute_sel else self.qkv.weight[: self.qkv_n]
+            fused = F.linear(x, w)  # [B, T, N]
+        q_end, k_end = self.nh * self.hd, (self.nh + self.nkv) * self.hd
+        with scope(f"{p}.norm_rope"):
+            q = self.q_norm(fused[..., :q_end].view(b, t, self.nh, self.hd))
+            k = self.k_norm(fused[..., q_end:k_end].view(b, t, self.nkv, self.hd))
+            v = fused[..., k_end:self.qkv_n].view(b, t, self.nkv, self.hd)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            if compute_sel:
+                iq_end = self.qkv_n + self.nih * self.ihd
+                iq = self.index_q_norm(fused[..., self.qkv_n:iq_end].view(b, t, self.nih, self.ihd))
+                ik = self.index_k_norm(fused[..., iq_end:].view(b, t, 1, self.ihd))
+                iq, ik = apply_rope(iq, cos, sin), apply_rope(ik, cos, sin)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]
+        keys, vals = cache.write(pos, k, v)  # [B, KV, L, D]
+        sel = None
+        if self.sparse and not want_dense:
+            if compute_sel:
+                with scope(f"{p}.indexer"):
+                    ik_all = cache.write_index(pos, ik.transpose(1, 2))  # [B, 1, L, Di]
+                    sel = select_blocks(iq.transpose(1, 2), ik_all, pos, self.block, self.topk, self.local)
+                state.set_selection(self.layer_id, sel)
+                log.log(self.layer_id, "attn.indexer", "computed", "computed", None, f"{p}.indexer")
+            else:
+                sel = state.selection
+                log.log(self.layer_id, "attn.indexer", "reused", "reused", None, f"{p}.indexer")
+        with scope(f"{p}.core"):
+            if sel is None:
+                o = attend_dense(q, keys, vals, pos, self.scale)
+                if self.sparse:
+                    log.log(self.layer_id, "attn.core", "dense", sw.attention, None, f"{p}.core")
+            elif t <= GATHER_MAX_T:
+                o = attend_sparse_gather(q, keys, vals, pos, self.scale, sel, self.block)
+                log.log(self.layer_id, "attn.core", "sparse", "sparse", None, f"{p}.core")
+            else:
+                o = attend_sparse_masked(q, keys, vals, pos, self.scale, sel, self.block)
+                log.log(self.layer_id, "attn.core", "sparse_masked", "sparse",
+                        f"{t}-token prefill: block mask over dense scores (no gather kernel for long query runs)",
+                        f"{p}.core")
+        with scope(f"{p}.o_proj"):
+            out = self.o_proj(o.transpose(1, 2).reshape(b, t, self.nh * self.hd))
+            return self.comm.all_reduce(out)

@@ -1,0 +1,223 @@
+"""Model configuration: one `ModelArgs` dataclass, named presets, and the Hugging Face config loader.
+
+The field names are ours (short, gpt-fast style); `from_hf_config` maps the checkpoint's `text_config`
+(both the flat transformers 5.17 keys and the legacy `sparse_attention_config` / `moe_layer_freq` keys of the
+released config.json) onto them. This module does not import torch, so the CLI can read configs cheaply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mmprof.errors import BadInput
+
+
+@dataclass
+class ModelArgs:
+    """Every dimension of the MiniMax M3 text backbone. Defaults are the real M3 (preset `m3`)."""
+
+    name: str = "m3"
+    vocab_size: int = 200064
+    hidden_size: int = 6144
+    n_layers: int = 60
+    n_heads: int = 64
+    n_kv_heads: int = 4
+    head_dim: int = 128
+    rotary_dim: int = 64  # partial NeoX RoPE on the first 64 of 128 dims
+    rope_theta: float = 5_000_000.0
+    norm_eps: float = 1e-6
+    dense_intermediate: int = 12288  # dense MLP of layers 0-2
+    moe_intermediate: int = 3072  # one routed expert
+    shared_intermediate: int = 3072  # the shared expert (n_shared_experts x this)
+    n_shared_experts: int = 1
+    n_experts: int = 128
+    top_k: int = 4
+    routed_scaling_factor: float = 2.0
+    swiglu_alpha: float = 1.702
+    swiglu_limit: float = 7.0
+    # per layer: "dense" | "moe" (MLP) and "full" | "sparse" (attention)
+    mlp_types: list[str] = field(default_factory=lambda: ["dense"] * 3 + ["moe"] * 57)
+    attn_types: list[str] = field(default_factory=lambda: ["full"] * 3 + ["sparse"] * 57)
+    # lightning indexer (MSA)
+    index_n_heads: int = 4
+    index_head_dim: int = 128
+    index_block_size: int = 128
+    index_topk_blocks: int = 16
+    index_local_blocks: int = 1
+    max_seq_len: int = 8192  # KV cache capacity used by generate(); not a model property
+    # `m3-rank-slice`: build rank `slice_rank` of a TP=`slice_tp` model on one device, without collectives
+    slice_tp: int = 1
+    slice_rank: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Refuse inconsistent configs with one clear line (BadInput)."""
+        if len(self.mlp_types) != self.n_layers or len(self.attn_types) != self.n_layers:
+            raise BadInput(
+                f"config {self.name}: mlp_types ({len(self.mlp_types)}) and attn_types ({len(self.attn_types)}) "
+                f"must each list n_layers={self.n_layers} entries"
+            )
+        if set(self.mlp_types) - {"dense", "moe"} or set(self.attn_types) - {"full", "sparse"}:
+            raise BadInput(f"config {self.name}: mlp_types must be dense|moe and attn_types full|sparse")
+        if self.n_heads % self.n_kv_heads:
+            raise BadInput(f"config {self.name}: n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
+        if "sparse" in self.attn_types and self.index_n_heads != self.n_kv_heads:
+            raise BadInput(
+                f"config {self.name}: index_n_heads ({self.index_n_heads}) must equal n_kv_heads ({self.n_kv_heads}): "
+                "one index query head per KV group"
+            )
+        if self.rotary_dim > self.head_dim or self.rotary_dim % 2 or self.rotary_dim > self.index_head_dim:
+            raise BadInput(f"config {self.name}: rotary_dim {self.rotary_dim} must be even and <= head dims")
+        if not 1 <= self.top_k <= self.n_experts:
+            raise BadInput(f"config {self.name}: top_k {self.top_k} must be in 1..n_experts ({self.n_experts})")
+
+    @property
+    def sparse_layers(self) -> list[int]:
+        return [i for i, t in enumerate(self.attn_types) if t == "sparse"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _layers(n_dense: int, n_total: int) -> tuple[list[str], list[str]]:
+    return ["dense"] * n_dense + ["moe"] * (n_total - n_dense), ["full"] * n_dense + ["sparse"] * (n_total - n_dense)
+
+
+def _preset_m3(**kw: Any) -> ModelArgs:
+    return ModelArgs(name="m3", **kw)
+
+
+def _preset_tiny(**kw: Any) -> ModelArgs:
+    # 2 dense/full + 4 MoE/sparse layers; block 16, top-4 blocks -> a 256-token prompt (16 blocks) drops 12.
+    mlp, attn = _layers(2, 6)
+    base = dict(
+        name="tiny", vocab_size=512, hidden_size=128, n_layers=6, n_heads=8, n_kv_heads=2, head_dim=32,
+        rotary_dim=16, dense_intermediate=256, moe_intermediate=64, shared_intermediate=64, n_experts=16,
+        top_k=4, mlp_types=mlp, attn_types=attn, index_n_heads=2, index_head_dim=32, index_block_size=16,
+        index_topk_blocks=4, index_local_blocks=1, max_seq_len=512,
+    )
+    base.update(kw)
+    return ModelArgs(**base)
+
+
+def _preset_small(**kw: Any) -> ModelArgs:
+    # One H200: ~6B params in bf16 (~12 GB). Real head/indexer geometry (4 KV groups, block 128, top-16).
+    mlp, attn = _layers(3, 12)
+    base = dict(
+        name="small", vocab_size=200064, hidden_size=2048, n_layers=12, n_heads=16, n_kv_heads=4, head_dim=128,
+        rotary_dim=64, dense_intermediate=6144, moe_intermediate=768, shared_intermediate=768, n_experts=128,
+        top_k=4, mlp_types=mlp, attn_types=attn, max_seq_len=8192,
+    )
+    base.update(kw)
+    return ModelArgs(**base)
+
+
+def _preset_rank_slice(tp: int = 8, layers: int = 8, rank: int = 0, **kw: Any) -> ModelArgs:
+    # Real M3 dims; built as rank `rank` of TP=`tp` (per-rank GEMM shapes), `layers` layers (2 dense + rest MoE).
+    n_dense = min(2, layers)
+    mlp, attn = _layers(n_dense, layers)
+    base = dict(name="m3-rank-slice", n_layers=layers, mlp_types=mlp, attn_types=attn, slice_tp=tp, slice_rank=rank)
+    base.update(kw)
+    return ModelArgs(**base)
+
+
+PRESETS = {"m3": _preset_m3, "tiny": _preset_tiny, "small": _preset_small, "m3-rank-slice": _preset_rank_slice}
+
+
+def get_preset(name: str, **overrides: Any) -> ModelArgs:
+    """A named preset (`m3`, `tiny`, `small`, `m3-rank-slice`); keyword overrides replace fields.
+
+    `m3-rank-slice` also takes `tp=` (default 8), `layers=` (default 8) and `rank=` (default 0).
+    Changing `n_layers` without `mlp_types`/`attn_types` re-derives them (first min(3, n/4) dense/full).
+    """
+    if name not in PRESETS:
+        raise BadInput(f"unknown runtime preset {name!r}; choose one of {', '.join(PRESETS)}")
+    if "n_layers" in overrides and "mlp_types" not in overrides and name != "m3-rank-slice":
+        n = overrides["n_layers"]
+        n_dense = 2 if name == "tiny" else min(3, max(1, n // 4))
+        overrides["mlp_types"], overrides["attn_types"] = _layers(min(n_dense, n), n)
+    try:
+        return PRESETS[name](**overrides)
+    except TypeError as e:
+        raise BadInput(f"preset {name}: bad override ({e})") from None
+
+
+_FLAT = {  # HF text_config key -> ModelArgs field
+    "vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_hidden_layers": "n_layers",
+    "num_attention_heads": "n_heads", "num_key_value_heads": "n_kv_heads", "head_dim": "head_dim",
+    "rotary_dim": "rotary_dim", "rope_theta": "rope_theta", "rms_norm_eps": "norm_eps",
+    "dense_intermediate_size": "dense_intermediate", "intermediate_size": "moe_intermediate",
+    "shared_intermediate_size": "shared_intermediate", "n_shared_experts": "n_shared_experts",
+    "num_local_experts": "n_experts", "num_experts": "n_experts", "num_experts_per_tok": "top_k",
+    "routed_scaling_factor": "routed_scaling_factor", "swiglu_alpha": "swiglu_alpha",
+    "swiglu_limit": "swiglu_limit", "index_n_heads": "index_n_heads", "index_head_dim": "index_head_dim",
+    "index_block_size": "index_block_size", "index_topk_blocks": "index_topk_blocks",
+    "index_local_blocks": "index_local_blocks",
+}
+_LEGACY_SPARSE = {
+    "sparse_num_index_heads": "index_n_heads", "sparse_index_dim": "index_head_dim",
+    "sparse_block_size": "index_block_size", "sparse_topk_blocks": "index_topk_blocks",
+    "sparse_local_block": "index_local_blocks",
+}
+
+
+def from_hf_config(cfg: dict[str, Any], name: str = "hf") -> ModelArgs:
+    """ModelArgs from a Hugging Face config dict: the top-level VL config (uses `text_config`) or a text config."""
+    if not isinstance(cfg, dict):
+        raise BadInput("HF config must be a JSON object")
+    tc = cfg.get("text_config", cfg)
+    if not isinstance(tc, dict) or "hidden_size" not in tc:
+        raise BadInput("HF config has no text_config with hidden_size; is this a MiniMax M3 config.json?")
+    kw: dict[str, Any] = {"name": name}
+    for k, f in _FLAT.items():
+        if k in tc and tc[k] is not None:
+            kw[f] = tc[k]
+    rope = tc.get("rope_parameters") or tc.get("rope_scaling") or {}
+    if isinstance(rope, dict) and "rope_theta" in rope:
+        kw["rope_theta"] = rope["rope_theta"]
+    if "rotary_dim" not in tc and isinstance(rope, dict) and "partial_rotary_factor" in rope:
+        kw["rotary_dim"] = int(kw.get("head_dim", 128) * rope["partial_rotary_factor"])
+    sparse = tc.get("sparse_attention_config") or {}
+    for k, f in _LEGACY_SPARSE.items():
+        if k in sparse:
+            kw[f] = sparse[k]
+    n = kw.get("n_layers", 60)
+    if tc.get("mlp_layer_types"):
+        kw["mlp_types"] = ["moe" if t == "sparse" else "dense" for t in tc["mlp_layer_types"]]
+    elif tc.get("moe_layer_freq") is not None:
+        kw["mlp_types"] = ["moe" if f else "dense" for f in tc["moe_layer_freq"]]
+    else:
+        kw["mlp_types"] = ["moe"] * n
+    if tc.get("layer_types"):
+        kw["attn_types"] = ["sparse" if t == "minimax_m3_sparse" else "full" for t in tc["layer_types"]]
+    elif "sparse_attention_freq" in sparse:
+        kw["attn_types"] = ["sparse" if f else "full" for f in sparse["sparse_attention_freq"]]
+    else:
+        kw["attn_types"] = ["full"] * n
+    if isinstance(tc.get("max_position_embeddings"), int):
+        kw["max_seq_len"] = min(8192, tc["max_position_embeddings"])
+    return ModelArgs(**kw)
+
+
+def load_config(path_or_preset: str | Path, **overrides: Any) -> ModelArgs:
+    """A preset name, a config.json path, or a checkpoint directory holding config.json."""
+    s = str(path_or_preset)
+    if s in PRESETS:
+        return get_preset(s, **overrides)
+    p = Path(s)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.exists():
+        raise BadInput(f"{s}: neither a preset ({', '.join(PRESETS)}) nor an existing config.json")
+    try:
+        cfg = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{p}: cannot read config JSON ({e})") from None
+    args = from_hf_config(cfg, name=p.parent.name or "hf")
+    return dataclasses.replace(args, **overrides) if overrides else args

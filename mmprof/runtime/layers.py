@@ -1,0 +1,72 @@
+"""Small building blocks: Gemma RMSNorm, partial NeoX RoPE, SwiGLU-OAI, and the TP collectives wrapper."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+class GemmaRMSNorm(nn.Module):
+    """RMSNorm computed in fp32 and scaled by (1 + w); the weight is stored zero-centred (init 0)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * (1.0 + self.weight.float())).type_as(x)
+
+
+def rope_table(rotary_dim: int, theta: float, max_pos: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin: [max_pos, rotary_dim] fp32 (NeoX layout: the two halves repeat the same frequencies)."""
+    inv = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float, device=device) / rotary_dim))
+    freqs = torch.outer(torch.arange(max_pos, dtype=torch.float, device=device), inv)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [B, T, H, D]; cos/sin: [T, R] (already cast). Rotates x[..., :R] NeoX-style, passes the rest."""
+    r = cos.shape[-1]
+    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    xr, xp = x[..., :r], x[..., r:]
+    x1, x2 = xr[..., : r // 2], xr[..., r // 2 :]
+    rot = torch.cat((-x2, x1), dim=-1)
+    return torch.cat((xr * cos + rot * sin, xp), dim=-1)
+
+
+def swiglu_oai(gate_up: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
+    """[.., 2I] (gate | up, not interleaved) -> [.., I]: gate*sigmoid(alpha*gate)*(up+1), clamped."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    gate = gate.clamp(max=limit)
+    up = up.clamp(min=-limit, max=limit)
+    return (up + 1.0) * (gate * torch.sigmoid(gate * alpha))
+
+
+class Comm:
+    """Tensor-parallel collectives; a no-op when there is no process group (tp == 1 or a simulated slice)."""
+
+    def __init__(self, group=None, tp: int = 1):
+        self.group = group
+        self.tp = tp
+        self.active = group is not None and tp > 1
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        if self.active:
+            import torch.distributed as dist
+
+            dist.all_reduce(x, group=self.group)
+        return x
+
+    def all_gather_last(self, x: torch.Tensor) -> torch.Tensor:
+        """Concatenate each rank's x along the last dim (rank order)."""
+        if not self.active:
+            return x
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(x) for _ in range(self.tp)]
+        dist.all_gather(parts, x.contiguous(), group=self.group)
+        return torch.cat(parts, dim=-1)

@@ -1,0 +1,189 @@
+"""The MiniMax M3 text backbone (gpt-fast style): Switches, Transformer, build_model.
+
+One decoder layer = Gemma RMSNorm -> Attention (full or MSA sparse) -> residual -> Gemma RMSNorm ->
+dense MLP (SwiGLU-OAI) or MoE -> residual. Tensor/expert parallel through `ShardPlan` (see tp.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mmprof.errors import BadInput
+
+from .attention import Attention
+from .dispatch import DispatchLog
+from .layers import Comm, GemmaRMSNorm, rope_table, swiglu_oai
+from .moe import MoE
+from .scopes import scope
+from .tp import ShardPlan, shard_plan
+
+
+@dataclass
+class Switches:
+    """Every optimization as a switch; the defaults are the fast paths."""
+
+    moe_impl: str = "grouped"  # loop | grouped
+    shared_expert: str = "fused"  # separate | fused
+    # K: one sparse layer computes the block selection, the next K-1 reuse it. The fast default is 4, as in
+    # vLLM's `index_topk_freq: 4` recipe (15 producers, 42 reusers for M3's 57 sparse layers). It changes
+    # numerics (the released model recomputes per layer, K=1): measure_selection_overlap says whether it is safe.
+    block_reuse: int = 4
+    attention: str = "sparse"  # dense | sparse
+
+    def __post_init__(self) -> None:
+        if self.moe_impl not in ("loop", "grouped"):
+            raise BadInput(f"moe_impl must be loop|grouped, not {self.moe_impl!r}")
+        if self.shared_expert not in ("separate", "fused"):
+            raise BadInput(f"shared_expert must be separate|fused, not {self.shared_expert!r}")
+        if not isinstance(self.block_reuse, int) or self.block_reuse < 1:
+            raise BadInput(f"block_reuse must be an integer >= 1, not {self.block_reuse!r}")
+        if self.attention not in ("dense", "sparse"):
+            raise BadInput(f"attention must be dense|sparse, not {self.attention!r}")
+
+    @classmethod
+    def baseline(cls) -> "Switches":
+        return cls(moe_impl="loop", shared_expert="separate", block_reuse=1, attention="sparse")
+
+
+@dataclass
+class RunState:
+    """Per-forward state shared by the layers: switches, dispatch log, the current block selection."""
+
+    switches: Switches
+    dispatch: DispatchLog
+    sparse_ordinal: dict[int, int]  # layer -> index among sparse layers
+    selection: torch.Tensor | None = None
+    capture: dict[int, torch.Tensor] | None = None  # when set, every computed selection is kept (overlap)
+    selected_by: dict[int, int] = field(default_factory=dict)
+
+    def should_compute_selection(self, layer: int) -> bool:
+        return self.selection is None or self.sparse_ordinal[layer] % self.switches.block_reuse == 0
+
+    def set_selection(self, layer: int, sel: torch.Tensor) -> None:
+        self.selection = sel
+        if self.capture is not None:
+            self.capture[layer] = sel
+
+
+class DenseMLP(nn.Module):
+    def __init__(self, args, inter: int, layer_id: int, comm):
+        super().__init__()
+        self.layer_id, self.comm = layer_id, comm
+        self.alpha, self.limit = args.swiglu_alpha, args.swiglu_limit
+        self.gate_up = nn.Linear(args.hidden_size, 2 * inter, bias=False)  # column-parallel [gate | up]
+        self.down = nn.Linear(inter, args.hidden_size, bias=False)  # row-parallel
+
+    def forward(self, x: torch.Tensor, state) -> torch.Tensor:
+        with scope(f"layers.{self.layer_id}.mlp"):
+            return self.comm.all_reduce(self.down(swiglu_oai(self.gate_up(x), self.alpha, self.limit)))
+
+
+class Block(nn.Module):
+    def __init__(self, args, plan: ShardPlan, layer_id: int, comm):
+        super().__init__()
+        self.layer_id = layer_id
+        self.attn = Attention(args, plan, layer_id, args.attn_types[layer_id] == "sparse", comm)
+        self.mlp = (MoE(args, plan, layer_id, comm) if args.mlp_types[layer_id] == "moe"
+                    else DenseMLP(args, plan.dense_intermediate, layer_id, comm))
+        self.input_norm = GemmaRMSNorm(args.hidden_size, args.norm_eps)
+        self.post_attn_norm = GemmaRMSNorm(args.hidden_size, args.norm_eps)
+
+    def forward(self, x, pos, cos, sin, cache, state):
+        with scope(f"layers.{self.layer_id}.norm"):
+            h = self.input_norm(x)
+        x = x + self.attn(h, pos, cos, sin, cache, state)
+        with scope(f"layers.{self.layer_id}.norm"):
+            h = self.post_attn_norm(x)
+        return x + self.mlp(h, state)
+
+
+class Transformer(nn.Module):
+    """forward(tokens [B, T], pos, caches) -> logits [B, T or 1, vocab] (the full vocab on every TP rank)."""
+
+    def __init__(self, args, plan: ShardPlan, comm: Comm, switches: Switches, dtype: torch.dtype):
+        super().__init__()
+        self.args, self.plan, self.comm, self.dtype = args, plan, comm, dtype
+        self.switches = switches
+        self.dispatch = DispatchLog(rank=plan.rank)
+        self.embed = nn.Embedding(plan.vocab_rows, args.hidden_size)  # vocab-parallel rows
+        self.layers = nn.ModuleList(Block(args, plan, i, comm) for i in range(args.n_layers))
+        self.norm = GemmaRMSNorm(args.hidden_size, args.norm_eps)
+        self.lm_head = nn.Linear(args.hidden_size, plan.vocab_rows, bias=False)  # vocab-parallel
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._sparse_ord = {l: i for i, l in enumerate(args.sparse_layers)}
+
+    def set_switches(self, switches: Switches) -> None:
+        self.switches = switches
+
+    def rope(self, pos: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        need = max(self.args.max_seq_len, pos + t)
+        if self._rope is None or self._rope[0].shape[0] < need or self._rope[0].device != self.embed.weight.device:
+            self._rope = rope_table(self.args.rotary_dim, self.args.rope_theta, need, self.embed.weight.device)
+        cos, sin = self._rope
+        return cos[pos:pos + t].to(self.dtype), sin[pos:pos + t].to(self.dtype)
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.plan.tp == 1:
+            return self.embed(tokens)
+        if not self.comm.active:  # a rank slice without peers: fold ids into the local shard so every
+            return self.embed(tokens % self.plan.vocab_rows)  # token gets a real row (realistic routing)
+        local = tokens - self.plan.vocab_start
+        inside = (local >= 0) & (local < self.plan.vocab_rows)
+        x = self.embed(local.clamp(0, self.plan.vocab_rows - 1)) * inside[..., None].to(self.dtype)
+        return self.comm.all_reduce(x)
+
+    def forward(self, tokens: torch.Tensor, pos: int, caches, last_only: bool = False,
+                capture: dict | None = None) -> torch.Tensor:
+        b, t = tokens.shape
+        state = RunState(self.switches, self.dispatch, self._sparse_ord, capture=capture)
+        with scope("embed"):
+            x = self.embed_tokens(tokens)
+        cos, sin = self.rope(pos, t)
+        for layer, cache in zip(self.layers, caches):
+            x = layer(x, pos, cos, sin, cache, state)
+        if last_only:
+            x = x[:, -1:]
+        with scope("final_norm"):
+            x = self.norm(x)
+        with scope("lm_head"):
+            logits = self.comm.all_gather_last(self.lm_head(x))
+            if logits.shape[-1] > self.args.vocab_size:
+                logits = logits[..., : self.args.vocab_size]
+        return logits
+
+
+def build_model(args, switches: Switches | None = None, tp: int = 1, ep: int = 1, rank: int = 0,
+                device: str | torch.device = "cpu", dtype: torch.dtype | None = None, group=None,
+                seed: int | None = 0) -> Transformer:
+    """Build one rank's model. `device='meta'` gives shapes only (no memory, no init).
+
+    Without a process group (`group=None`) a tp > 1 build is a *slice*: rank `rank`'s local modules and no
+    collectives (what `m3-rank-slice` and `mmprof shapes --tp N` use). With a group, collectives run.
+    `seed` initialises weights deterministically (full tensors, then this rank's slice, so any TP degree
+    holds the same model); pass seed=None to leave them uninitialised (e.g. before load_weights).
+    """
+    if args.slice_tp > 1 and tp == 1 and group is None:
+        tp, rank = args.slice_tp, args.slice_rank
+    dtype = dtype or torch.float32
+    plan = shard_plan(args, tp, ep, rank)
+    comm = Comm(group, tp)
+    with torch.device("meta"):
+        model = Transformer(args, plan, comm, switches or Switches(), dtype)
+    for name, p in model.named_parameters():
+        if not name.endswith("mlp.gate.weight"):  # the router stays fp32 (vLLM keeps router params fp32)
+            p.data = p.data.to(dtype)
+    if str(device) == "meta":
+        return model
+    model = model.to_empty(device=device)
+    for m in model.modules():
+        if isinstance(m, MoE):
+            m.e_score_correction_bias.zero_()
+    if seed is not None:
+        from .weights import init_random
+
+        init_random(model, seed, full=group is not None or tp == 1)
+    return model.eval()

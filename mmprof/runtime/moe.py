@@ -1,0 +1,165 @@
+"""MoE block: replicated sigmoid router, routed experts (loop | grouped GEMM), shared expert (separate | fused).
+
+Expert weights are stacked: w13 [slots, 2*I, H] (gate rows then up rows, not interleaved) and
+w2 [slots, H, I]. When the shared expert has the same local intermediate size as a routed expert (M3: 3072,
+and not under EP) it is stored as the extra slot `n_local_experts`, so `shared_expert=fused` appends it to
+every token's top-k with weight 1/routed_scaling_factor (contributes 1.0x after the 2.0x scale, as vLLM's
+fused shared expert), and `separate` runs the same weights as its own two GEMMs. Both switch at run time.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .layers import swiglu_oai
+from .scopes import scope
+
+_GROUPED_OK: dict[tuple, str | None] = {}  # (device type, dtype) -> None if torch grouped GEMM works, else why
+
+
+def grouped_mm_unavailable(device: torch.device, dtype: torch.dtype) -> str | None:
+    """None when torch's grouped GEMM runs here for `dtype`; otherwise a one-line reason (probed once)."""
+    key = (device.type, dtype)
+    if key not in _GROUPED_OK:
+        fn = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+        if fn is None:
+            _GROUPED_OK[key] = f"torch {torch.__version__} has no grouped_mm"
+        else:
+            try:
+                a = torch.ones(4, 16, device=device, dtype=dtype)
+                bm = torch.ones(2, 16, 16, device=device, dtype=dtype).transpose(1, 2)  # layout we use
+                fn(a, bm, offs=torch.tensor([2, 4], device=device, dtype=torch.int32))
+                _GROUPED_OK[key] = None
+            except Exception as e:  # noqa: BLE001 - any failure means "not here"
+                msg = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+                _GROUPED_OK[key] = f"torch grouped_mm unavailable on {device.type} for {dtype}: {msg}"
+    return _GROUPED_OK[key]
+
+
+def _grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    fn = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm")
+    return fn(a, b, offs=offs)
+
+
+class MoE(nn.Module):
+    def __init__(self, args, plan, layer_id: int, comm):
+        super().__init__()
+        self.layer_id, self.comm = layer_id, comm
+        self.top_k, self.n_experts = args.top_k, args.n_experts
+        self.scale = args.routed_scaling_factor
+        self.alpha, self.limit = args.swiglu_alpha, args.swiglu_limit
+        self.e0, self.n_local = plan.expert_start, plan.n_local_experts
+        self.ep = plan.ep > 1
+        self.fusable = (not self.ep and args.n_shared_experts > 0
+                        and plan.shared_intermediate == plan.moe_intermediate)
+        h, i = args.hidden_size, plan.moe_intermediate
+        slots = self.n_local + (1 if self.fusable else 0)
+        self.gate = nn.Linear(h, args.n_experts, bias=False, dtype=torch.float32)  # router, fp32, replicated
+        self.register_buffer("e_score_correction_bias", torch.zeros(args.n_experts, dtype=torch.float32))
+        self.w13 = nn.Parameter(torch.empty(slots, 2 * i, h))  # [slots, 2I, H]
+        self.w2 = nn.Parameter(torch.empty(slots, h, i))  # [slots, H, I]
+        if args.n_shared_experts > 0 and not self.fusable:
+            self.shared_w13 = nn.Parameter(torch.empty(2 * plan.shared_intermediate, h))
+            self.shared_w2 = nn.Parameter(torch.empty(h, plan.shared_intermediate))
+        self.has_shared = args.n_shared_experts > 0
+
+    # -- pieces -------------------------------------------------------------------------------------------
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: [N, H] -> (weights [N, k] fp32, expert ids [N, k]); sigmoid, bias for selection only, renorm."""
+        scores = torch.sigmoid(F.linear(x.float(), self.gate.weight))  # [N, E]
+        _, ids = torch.topk(scores + self.e_score_correction_bias, self.top_k, dim=-1, sorted=False)
+        w = scores.gather(1, ids)
+        return w / w.sum(dim=-1, keepdim=True), ids
+
+    def _shared(self, x: torch.Tensor) -> torch.Tensor:
+        w13, w2 = (self.w13[self.n_local], self.w2[self.n_local]) if self.fusable else (self.shared_w13, self.shared_w2)
+        return F.linear(swiglu_oai(F.linear(x, w13), self.alpha, self.limit), w2)
+
+    def _experts_loop(self, x, w, slots) -> torch.Tensor:
+        """The baseline: one gate_up + down GEMM pair per active expert (a host sync to find them)."""
+        out = torch.zeros_like(x)
+        n_slots = self.w13.shape[0]
+        valid = (slots >= 0) & (slots < n_slots)
+        counts = torch.bincount(slots[valid], minlength=n_slots)
+        for e in torch.nonzero(counts).flatten().tolist():
+            tok, kk = torch.where(slots == e)
+            y = F.linear(swiglu_oai(F.linear(x[tok], self.w13[e]), self.alpha, self.limit), self.w2[e])
+            out.index_add_(0, tok, (y * w[tok, kk, None]).to(out.dtype))
+        return out
+
+    def _experts_grouped(self, x, w, slots, use_mm: bool) -> torch.Tensor:
+        """All (token, expert) pairs sorted by expert; one grouped GEMM per projection, no host sync."""
+        n, k = slots.shape
+        n_slots = self.w13.shape[0]
+        flat = slots.flatten().masked_fill((slots.flatten() < 0) | (slots.flatten() >= n_slots), n_slots)
+        order = torch.argsort(flat, stable=True)
+        sorted_slots = flat[order]
+        tok = order // k
+        xs = x[tok]  # [N*k, H]
+        keep = sorted_slots < n_slots
+        if use_mm:
+            # counts via scatter_add (bincount would sync with the host to size its output)
+            counts = torch.zeros(n_slots + 1, dtype=torch.int32, device=x.device)
+            counts.scatter_add_(0, sorted_slots, torch.ones_like(sorted_slots, dtype=torch.int32))
+            offs = torch.cumsum(counts[:n_slots], 0, dtype=torch.int32)
+            h1 = _grouped_mm(xs, self.w13.transpose(1, 2), offs)  # [N*k, 2I]
+            y = _grouped_mm(swiglu_oai(h1, self.alpha, self.limit), self.w2.transpose(1, 2), offs)  # [N*k, H]
+        else:  # batched fallback: gather each pair's expert weights and bmm (memory grows with N*k)
+            e = sorted_slots.clamp(max=n_slots - 1)
+            h1 = torch.bmm(self.w13[e], xs[:, :, None])[..., 0]
+            y = torch.bmm(self.w2[e], swiglu_oai(h1, self.alpha, self.limit)[:, :, None])[..., 0]
+        wf = w.flatten()[order]
+        y = torch.where(keep[:, None], y * wf[:, None].to(y.dtype), torch.zeros((), dtype=y.dtype, device=y.device))
+        return torch.zeros_like(x).index_add_(0, tok, y.to(x.dtype))
+
+    def _align_reason(self, x: torch.Tensor) -> str | None:
+        """grouped_mm needs 16-byte aligned row strides on both operands."""
+        es = x.element_size()
+        dims = (self.w13.shape[2], self.w13.shape[1], self.w2.shape[2])
+        if any(d * es % 16 for d in dims):
+            return f"grouped_mm needs 16-byte aligned strides; expert dims {dims} in {x.dtype} are not"
+        return None
+
+    # -- forward ------------------------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor, state) -> torch.Tensor:
+        """x: [B, T, H] -> [B, T, H] (all-reduced under TP/EP: one all-reduce per MoE layer)."""
+        b, t, h = x.shape
+        x = x.view(-1, h)
+        p = f"layers.{self.layer_id}.moe"
+        sw, log = state.switches, state.dispatch
+        with scope(f"{p}.router"):
+            w, ids = self.route(x)
+        fuse = sw.shared_expert == "fused" and self.has_shared and self.fusable
+        if self.has_shared:
+            reason = None
+            if sw.shared_expert == "fused" and not self.fusable:
+                reason = ("fused shared expert is disabled under expert parallelism (as in vLLM)" if self.ep else
+                          "shared expert intermediate differs from a routed expert's; cannot share the grouped GEMM")
+            log.log(self.layer_id, "moe.shared", "fused" if fuse else "separate", sw.shared_expert, reason,
+                    f"{p}.routed" if fuse else f"{p}.shared")
+        slots = ids - self.e0 if self.ep else ids
+        if self.ep:
+            slots = slots.masked_fill((ids < self.e0) | (ids >= self.e0 + self.n_local), -1)
+        if fuse:  # the shared expert as an always-selected extra slot, weight 1/scale
+            n = x.shape[0]
+            slots = torch.cat([slots, torch.full((n, 1), self.n_local, device=x.device, dtype=slots.dtype)], 1)
+            w = torch.cat([w, torch.full((n, 1), 1.0 / self.scale, device=x.device, dtype=w.dtype)], 1)
+        shared = None
+        if self.has_shared and not fuse:
+            with scope(f"{p}.shared"):
+                shared = self._shared(x)
+        with scope(f"{p}.routed"):  # the MoE layer's single all-reduce is attributed here
+            if sw.moe_impl == "loop":
+                out = self._experts_loop(x, w, slots)
+                log.log(self.layer_id, "moe.experts", "loop", "loop", None, f"{p}.routed")
+            else:
+                why = self._align_reason(x) or grouped_mm_unavailable(x.device, x.dtype)
+                out = self._experts_grouped(x, w, slots, use_mm=why is None)
+                log.log(self.layer_id, "moe.experts", "grouped_mm" if why is None else "grouped_bmm",
+                        "grouped_mm", why, f"{p}.routed")
+            out = out * self.scale
+            if shared is not None:
+                out = out + shared
+            return self.comm.all_reduce(out).view(b, t, h)
