@@ -334,3 +334,123 @@ def test_collective_names_and_sizes():
         "allgather", "allreduce", "all_to_all", "reduce_scatter", "allreduce", "broadcast"]
     assert (dtype_bytes("BFloat16"), dtype_bytes("c10::Half"), dtype_bytes("Float8_e4m3fn"), dtype_bytes("Long")) == (2, 2, 1, 8)
     assert dtype_bytes("weird") == -1
+
+
+# -- collectives without record_param_comms: gloo on CPU ----------------------------------------------------
+GLOO_EXPECTED = [  # (name, bytes_in, bytes_out, dtype, c10d op) per rank, in call order; see make_gloo_traces.py
+    ("allreduce", 4000, 4000, "float32", "c10d::allreduce_"),
+    ("allgather", 120, 240, "float32", "c10d::allgather_"),
+    ("broadcast", 56, 56, "float64", "c10d::broadcast_"),
+    ("barrier", 0, 0, None, "c10d::barrier"),
+    ("allgather", 40, 80, "float32", "c10d::_allgather_base_"),
+    ("reduce_scatter", 40, 20, "float32", "c10d::_reduce_scatter_base_"),
+    ("all_to_all", 16, 16, "float32", "c10d::alltoall_base_"),
+    ("send|recv", 12, 12, "float32", "c10d::send|c10d::recv_"),
+    ("allreduce", 12, 12, "bfloat16", "c10d::allreduce_"),
+]
+
+
+def test_gloo_collectives_from_c10d_ops_timed_by_gloo_ranges():
+    files = [data_file("kineto_own", f"gloo_rank{r}.json.gz") for r in (0, 1)]
+    p = kineto.load(files)
+    assert p.ranks == [0, 1] and p.meta["parallel"]["world_size"] == 2
+    ops = p.df("ops")
+    assert not (ops.name == "record_param_comms").any()  # the case this path exists for
+    c = p.df("collectives")
+    assert np.bincount(c["rank"]).tolist() == [9, 9]
+    scopes = p.df("scopes")
+    for r in (0, 1):
+        rows = c[c["rank"] == r].sort_values("start_ns")
+        assert len(rows) == len(GLOO_EXPECTED)
+        for (_, row), (name, b_in, b_out, dtype, opname) in zip(rows.iterrows(), GLOO_EXPECTED):
+            want_name = name.split("|")[r] if "|" in name else name
+            assert (row["name"], row.bytes_in, row.bytes_out) == (want_name, b_in, b_out)
+            assert (row["dtype"] if isinstance(row["dtype"], str) else None) == dtype
+            assert ops.name.iloc[row.op] == (opname.split("|")[r] if "|" in opname else opname)
+            assert ops["rank"].iloc[row.op] == r
+            assert (row.group, row.group_size, row.group_ranks) == ("default_pg", 2, "[0, 1]")
+            assert row.kernel == -1 and (row.phase, row.step) == ("decode", 1)
+        # timed by the gloo:* range (the transfer), not by the c10d op (an enqueue for async collectives)
+        gl = scopes[(scopes["rank"] == r) & scopes.name.astype(str).str.startswith("gloo:")]
+        assert sorted(zip(gl.start_ns, gl.dur_ns)) == sorted(zip(rows.start_ns, rows.dur_ns))
+        first = rows.iloc[0]
+        assert first.dur_ns > ops.dur_ns.iloc[first.op]  # the async all_reduce: transfer outlasts the enqueue
+    assert not any("gloo" in w or "c10d" in w for w in p.meta.get("warnings", []))
+
+
+def test_gloo_ranges_alone_become_collectives():
+    """A gloo run whose trace holds gloo:all_reduce ranges but no c10d ops (older torch): rank 34 of 300."""
+    path = sample("rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    doc = raw(path)
+    gloo = [e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("gloo:")]
+    p = kineto.load([path])
+    c = p.df("collectives").sort_values("start_ns")
+    assert len(c) == len(gloo) == 10
+    assert set(c.name.astype(str)) == {"allreduce"} and set(c.group_size) == {300}
+    assert sorted(c.bytes_in.tolist()) == sorted(e["args"]["Input Dims"][0][0] * 4 for e in gloo)
+    assert (c.bytes_in == c.bytes_out).all() and set(c.dtype.astype(str)) == {"float32"}
+    assert sorted(c.start_ns.tolist()) == sorted(ns(e["ts"]) for e in gloo)
+
+
+def test_c10d_rows_do_not_double_count_record_param_comms():
+    """NCCL traces have c10d ops around record_param_comms: one row per collective, as before."""
+    for name, n in (("nccl_data.json.gz", 21), ("sampled_rank-0.json.gz", 10),
+                    ("rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", 35)):
+        p = kineto.load([sample(name)])
+        ops = p.df("ops")
+        n_c10d = int(ops.name.astype(str).str.startswith("c10d::").sum())
+        assert n_c10d > 0 and p.n("collectives") == n
+        assert not any("gloo:" in w or "c10d op" in w for w in p.meta.get("warnings", []))
+
+
+def test_c10d_argument_rules():
+    from mmprof.importers._kineto_comm import group_of, tensor_arg, torch_dtype
+
+    assert [torch_dtype(t) for t in ("float", "c10::BFloat16", "long int", "unsigned char", "Scalar", "", None)] == [
+        "float32", "bfloat16", "int64", "uint8", None, None, None]
+    # a TensorList sums its tensors and has no dtype; a Tensor has both; an unrecorded list of lists is unknown
+    assert tensor_arg([[[2, 3], [4]]], ["TensorList"], 0) == (10, None)
+    assert tensor_arg([[20], [10]], ["float", "float"], 1) == (10, "float32")
+    assert tensor_arg([[], [[10, 3]]], ["", "TensorList"], 0) == (None, None)
+    one = {"pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 4, "ranks": [0, 1, 2, 3]}]}
+    assert group_of(one, 1) == ("default_pg", 4, "[0, 1, 2, 3]")
+    two = {"pg_config": [{"pg_name": "0", "pg_size": 4, "ranks": [0, 1, 2, 3]},
+                         {"pg_name": "1", "pg_desc": "tp", "pg_size": 2, "ranks": [0, 1]}]}
+    assert group_of(two, 0) == (None, -1, None)  # two groups of different sizes: the op does not say which
+    assert group_of(two, 3) == ("0", 4, "[0, 1, 2, 3]")  # rank 3 is only in the world group
+    assert group_of({"world_size": 8}, 0) == (None, 8, None)
+    assert group_of({"world_size": 8, "pg_count": 3}, 0) == (None, -1, None)
+
+
+def test_mixed_nccl_and_gloo_groups_and_unmatched_c10d_ops(tmp_path):
+    """One rank with an NCCL all_reduce (record_param_comms inside its c10d op) and gloo collectives: the NCCL
+    one keeps its single row; a gloo one gets its gloo range's time; one with no gloo range (and a TensorList,
+    so no dtype) falls back to the op's own span with unknown sizes, and both fallbacks are warned about."""
+    op = lambda name, ts, dur, dims, types, tid=1: {  # noqa: E731
+        "ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+        "args": {"Input Dims": dims, "Input type": types}}
+    events = [
+        op("c10d::allreduce_", 10.0, 20.0, [[[64]], [], [], [], [], []], ["TensorList", "", "", "", "Scalar", "Scalar"]),
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 11.0, "dur": 5.0,
+         "args": {"Collective name": "allreduce", "dtype": "Float", "In msg nelems": 64, "Out msg nelems": 64,
+                  "Group size": 8}},
+        op("c10d::allreduce_", 40.0, 2.0, [[[100]], [], [], [], [], []], ["TensorList", "", "", "", "Scalar", "Scalar"]),
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 9, "ts": 45.0, "dur": 30.0,
+         "args": {"Input Dims": [[100]], "Input type": ["c10::Half"]}},
+        op("c10d::broadcast_", 80.0, 3.0, [[[7]], [], [], [], [], []], ["TensorList", "", "Scalar", "Scalar", "Scalar", "Scalar"]),
+    ]
+    doc = {"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 8, "pg_config": [
+        {"pg_name": "0", "pg_desc": "default_pg", "pg_size": 8, "ranks": list(range(8))}]}}
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps(doc))
+    import pandas as pd
+
+    p = kineto.load([path])
+    c = p.df("collectives").sort_values("start_ns")
+    assert list(c.name.astype(str)) == ["allreduce", "allreduce", "broadcast"]
+    assert c.bytes_in.tolist() == [64 * 4, 100 * 2, -1]
+    assert c.start_ns.tolist() == [11000, 45000, 80000] and c.dur_ns.tolist() == [5000, 30000, 3000]
+    assert c["dtype"].iloc[1] == "float16" and pd.isna(c["dtype"].iloc[2])
+    assert c.group_size.tolist() == [8, 8, 8]
+    w = " | ".join(p.meta["warnings"])
+    assert "1 collectives timed by their c10d op" in w and "1 collectives from c10d ops have no recorded dtype" in w

@@ -105,8 +105,6 @@ def test_torchrun_two_ranks_gloo(gloo_run):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="the Kineto importer does not yet turn gloo's c10d ops / gloo:* ranges (no "
-                          "record_param_comms on CPU) into collectives rows; see the record helper's report")
 def test_torchrun_gloo_collectives_table(gloo_run):
     _, proc, out = gloo_run
     assert proc.returncode == 0, proc.stderr

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
 from mmprof.errors import BadInput, MmprofError
 
@@ -178,80 +176,6 @@ def run_under_torchrun(opts, work_dir: Path, progress=None):
     if ctx.rank != 0:
         return None
     return [load_outcome(_outcome_path(work_dir, r)) for r in range(ctx.world_size)]
-
-
-# -- collectives of CPU (gloo) ranks -----------------------------------------------------------------
-_C10D_NAME = re.compile(r"^c10d::_?(allreduce|allgather|reduce_scatter|broadcast|alltoall|all_to_all|reduce|gather"
-                        r"|scatter|send|recv)(?:_base|_into_tensor_coalesced|_coalesced|_tensor)?_?$")
-
-
-def _numel(dims: Any) -> int:
-    """Elements of a tensor shape, or the sum over a list of shapes (a TensorList input)."""
-    if isinstance(dims, list) and dims and all(isinstance(d, int) for d in dims):
-        n = 1
-        for d in dims:
-            n *= d
-        return n
-    if isinstance(dims, list) and dims and all(isinstance(d, list) for d in dims):
-        return sum(_numel(d) for d in dims)
-    return 0
-
-
-def add_c10d_collectives(profile, opts) -> int:
-    """Collective rows from the `c10d::allreduce_`-style ops when the importer found none.
-
-    Some torch builds write no `record_param_comms` events for gloo (CPU) collectives; the c10d op on the
-    calling thread is then the only record of the all-reduce. Its first input (a TensorList) gives the
-    message size; the dtype is the run's activation dtype (every collective of the runtime moves activations).
-    Returns the number of rows added.
-    """
-    import numpy as np
-
-    from mmprof.profiles.schema import TABLES
-
-    ops = profile.tables["ops"]
-    names = profile.strings
-    hits = [i for i in range(profile.n("ops")) if ops["name"][i] >= 0 and _C10D_NAME.match(names[ops["name"][i]])]
-    if not hits:
-        return 0
-    es = 2 if opts.dtype == "bfloat16" else 4
-    world = max(1, len(profile.ranks))
-    ids = {s: i for i, s in enumerate(names)}
-
-    def sid(s: str | None) -> int:
-        if s is None:
-            return -1
-        if s not in ids:
-            ids[s] = len(names)
-            names.append(s)
-        return ids[s]
-
-    rows = []
-    for i in hits:
-        kind = _C10D_NAME.match(names[ops["name"][i]]).group(1)
-        name = {"alltoall": "all_to_all"}.get(kind, kind)
-        dims_text = names[ops["input_dims"][i]] if ops["input_dims"][i] >= 0 else None
-        try:
-            dims = json.loads(dims_text) if dims_text else None
-        except ValueError:
-            dims = None
-        b_in = b_out = -1
-        if isinstance(dims, list) and dims:
-            if name == "allreduce" or name == "broadcast":
-                b_in = b_out = _numel(dims[0]) * es or -1
-            elif name == "allgather" and len(dims) > 1:
-                b_in = _numel(dims[1]) * es or -1
-                b_out = _numel(dims[0]) * es or -1
-        rows.append({"rank": int(ops["rank"][i]), "start_ns": int(ops["start_ns"][i]), "dur_ns": int(ops["dur_ns"][i]),
-                     "name": sid(name), "bytes_in": b_in, "bytes_out": b_out, "dtype": sid(opts.dtype),
-                     "group": sid("WORLD"), "group_size": world, "group_ranks": sid(json.dumps(list(range(world)))),
-                     "kernel": -1, "op": i, "phase": int(ops["phase"][i]), "step": int(ops["step"][i])})
-    table = profile.tables["collectives"]
-    for col, _, _ in TABLES["collectives"]:
-        table[col] = np.concatenate([table[col], np.asarray([r[col] for r in rows], dtype=table[col].dtype)])
-    profile._categories = None
-    return len(rows)
-
 
 
 def main(argv: list[str]) -> None:

@@ -4,12 +4,17 @@ A row per communication kernel (a kernel whose args carry "Collective name", or 
 nccl/rccl), with message sizes from the kernel's own args or from the record_param_comms op that encloses
 its launch; plus a row per record_param_comms op that launched no kernel (CPU backends such as gloo, or
 traces without GPU activity), timed by the op.
+
+Traces with no record_param_comms at all (torch 2.13 on CPU writes none for gloo) get their rows from the
+`c10d::*` dispatcher ops instead, timed by the matching `gloo:*` range on gloo's worker thread when there is
+one (see host_collectives below and docs/importers.md).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_left
 
 import numpy as np
 
@@ -25,6 +30,7 @@ DTYPE_BYTES = {
     "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "int16": 2, "char": 1, "int8": 1,
     "byte": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
     "float8_e5m2fnuz": 1, "complexfloat": 8, "complexdouble": 16, "uint16": 2, "uint32": 4, "uint64": 8,
+    "complex64": 8, "complex128": 16,
 }
 
 
@@ -161,3 +167,238 @@ def collectives(imp) -> None:
                   group=a.pg_desc or (str(a.pg_name) if a.pg_name is not None else None),
                   group_size=gsize, group_ranks=_ranks_text(a.pg_ranks), kernel=-1, op=i,
                   phase=imp.st.strings[phase[j]] if phase[j] >= 0 else None, step=int(step[j]))
+    # collectives with no record_param_comms metadata: c10d ops and gloo ranges
+    host_collectives(imp, comm_ops)
+
+
+# -- collectives without record_param_comms (gloo on CPU; any trace lacking the metadata) --------------------
+# c10d dispatcher ops that are collectives, by base name ("c10d::_allgather_base_" -> "allgather_base")
+C10D_KINDS = {"allreduce", "allreduce_coalesced", "allgather", "allgather_base", "allgather_coalesced",
+              "allgather_into_tensor_coalesced", "reduce_scatter", "reduce_scatter_base",
+              "reduce_scatter_tensor_coalesced", "broadcast", "reduce", "gather", "scatter", "alltoall",
+              "alltoall_base", "barrier", "monitored_barrier", "send", "recv", "recv_any_source"}
+# collectives whose c10d schema takes one tensor (list) that is both sent and received: argument 0 both ways.
+# Every other collective takes (outputs, inputs) as arguments 0 and 1.
+IN_PLACE = {"allreduce", "broadcast", "reduce", "send", "recv"}
+# record_shapes writes C++ type names; the Profile stores torch's names
+_CPP_DTYPE = {"float": "float32", "double": "float64", "half": "float16", "c10::half": "float16",
+              "c10::bfloat16": "bfloat16", "long int": "int64", "long": "int64", "int": "int32",
+              "short int": "int16", "short": "int16", "signed char": "int8", "unsigned char": "uint8",
+              "bool": "bool", "c10::complex<float>": "complex64", "c10::complex<double>": "complex128"}
+_LOOKAHEAD = 16  # gloo ranges scanned past the first candidate when sizes disagree
+
+
+def torch_dtype(cpp: str | None) -> str | None:
+    """'float' -> 'float32', 'c10::BFloat16' -> 'bfloat16'; None when it names no tensor element type."""
+    if not isinstance(cpp, str) or not cpp.strip():
+        return None
+    k = cpp.strip().lower()
+    name = _CPP_DTYPE.get(k) or k.replace("c10::", "")
+    return name if dtype_bytes(name) > 0 else None
+
+
+def _prod(shape) -> int | None:
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        return None
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def tensor_arg(dims: list, types: list, i: int) -> tuple[int | None, str | None]:
+    """(elements, dtype) of argument `i` of an op: a Tensor (its shape) or a TensorList (sum over its tensors;
+    record_shapes gives no dtype for a list). (None, None) for anything else or an unrecorded list of lists."""
+    if i >= len(dims) or i >= len(types):
+        return None, None
+    t, d = types[i], dims[i]
+    if t == "TensorList":
+        if isinstance(d, list) and d and all(isinstance(x, list) for x in d):
+            sizes = [_prod(x) for x in d]
+            return (sum(sizes) if None not in sizes else None), None
+        return None, None
+    dt = torch_dtype(t)
+    if dt is None:
+        return None, None
+    return _prod(d), dt
+
+
+def _args(e) -> tuple[list, list]:
+    """Input Dims and Input type of an event as lists ([] when absent or malformed)."""
+    out = []
+    for raw in (e.args.input_dims, e.args.input_type) if e.args is not None else ():
+        try:
+            v = json.loads(bytes(raw)) if bytes(raw) else []
+        except ValueError:
+            v = []
+        out.append(v if isinstance(v, list) else [])
+    return (out[0], out[1]) if out else ([], [])
+
+
+def group_of(dist: dict, rank: int) -> tuple[str | None, int, str | None]:
+    """(group name, size, ranks JSON) for collectives whose process group the trace does not name.
+
+    The c10d op does not say which group it ran on, so this is only exact when the rank belongs to one group
+    (pg_config) or every group it belongs to has the same size (then the name stays unknown)."""
+    dist = dist if isinstance(dist, dict) else {}
+    pgs = [p for p in dist.get("pg_config") or [] if isinstance(p, dict)]
+    pgs = [p for p in pgs if not isinstance(p.get("ranks"), list) or rank in p["ranks"]]
+    size = lambda p: p.get("pg_size") if type(p.get("pg_size")) is int else (  # noqa: E731
+        len(p["ranks"]) if isinstance(p.get("ranks"), list) else -1)
+    if len(pgs) == 1:
+        p = pgs[0]
+        desc = p.get("pg_desc") if p.get("pg_desc") not in (None, "", "undefined") else None
+        name = desc or (str(p["pg_name"]) if p.get("pg_name") is not None else None)
+        return name, size(pgs[0]), _ranks_text(p.get("ranks")) if isinstance(p.get("ranks"), list) else None
+    sizes = {size(p) for p in pgs}
+    if len(sizes) == 1:
+        return None, sizes.pop(), None
+    if not pgs and dist.get("pg_count") in (None, 1) and type(dist.get("world_size")) is int:
+        return None, dist["world_size"], None
+    return None, -1, None
+
+
+def _sizes(name: str, dims: list, types: list) -> tuple[int | None, int | None, str | None]:
+    """(elements in, elements out, dtype) of a c10d collective from its recorded arguments."""
+    if name == "barrier":
+        return 0, 0, None
+    if name in IN_PLACE:
+        n, dt = tensor_arg(dims, types, 0)
+        return n, n, dt
+    n_out, dt_out = tensor_arg(dims, types, 0)
+    n_in, dt_in = tensor_arg(dims, types, 1)
+    return n_in, n_out, dt_in or dt_out
+
+
+def _compatible(c10d: str, gloo: str) -> bool:
+    """gloo runs reduce_scatter_base as an all_reduce of the input, so that pair matches too."""
+    return c10d == gloo or (c10d == "reduce_scatter" and gloo == "allreduce")
+
+
+def _gloo_ranges(imp) -> list[tuple[int, str, int | None, str | None]]:
+    """(annotation row, collective, elements, dtype) of every `gloo:*` range, in start order."""
+    out = []
+    for j, e in enumerate(getattr(imp, "ann_events", [])):
+        if isinstance(e.name, str) and e.name.startswith("gloo:"):
+            dims, types = _args(e)
+            parts = [tensor_arg(dims, types, i) for i in range(len(dims))]
+            parts = [p for p in parts if p[0] is not None]
+            n = sum(p[0] for p in parts) if parts else None
+            out.append((j, normalize_collective(e.name.split(":", 1)[1]), n, parts[0][1] if parts else None))
+    return out
+
+
+def host_collectives(imp, comm_ops: list[int]) -> None:
+    """Rows for collectives that have no record_param_comms metadata and no communication kernel.
+
+    One row per outermost `c10d::*` collective op that neither encloses nor sits inside a record_param_comms
+    op nor encloses the op of a row already made. Timing: the `gloo:*` range that ran it (the actual
+    transfer on gloo's worker thread), matched in start order, by collective and by message size, to the first
+    unused range that starts at or after the op; the op's own span (for async ops only the enqueue) when none
+    matches. When a rank has no c10d collective op and no other collective at all (older torch called the
+    process group directly), each `gloo:*` range becomes a row by itself.
+    """
+    b = imp.builder
+    ops = imp.op_events
+    parent = imp.op_nest.parent
+    strings = imp.st.strings
+    ocols = b.cols["ops"]
+    covered: set[int] = set()  # ops that are, or enclose, an already described collective
+    rows = b.cols["collectives"]["op"]  # rows made so far (kernels, record_param_comms)
+    seeds = [int(o) for o in rows if o >= 0]
+    for i in seeds + list(comm_ops):
+        hops = 0
+        while i >= 0 and hops < 64 and i not in covered:
+            covered.add(i)
+            i, hops = int(parent[i]), hops + 1
+    kinds: dict[int, str] = {}
+    for i, e in enumerate(ops):
+        nm = e.name
+        if isinstance(nm, str) and nm.startswith("c10d::") and nm[6:].strip("_") in C10D_KINDS:
+            kinds[i] = normalize_collective(nm[6:].strip("_"))
+    gname, gsize, granks = group_of(imp.dist, imp.rank)
+    gloo = _gloo_ranges(imp)
+    used = [False] * len(gloo)
+    by_kind: dict[str, tuple[list[int], list[int]]] = {}  # collective -> (start_ns, index into gloo), by start
+    for k, (j, gcoll, _, _) in enumerate(gloo):
+        starts, idx = by_kind.setdefault(gcoll, ([], []))
+        starts.append(int(imp.ann_start[j]))
+        idx.append(k)
+
+    def match(name: str, start: int, n_in: int | None) -> int:
+        """The earliest unused compatible gloo range starting at or after `start` (-1 if none); up to
+        _LOOKAHEAD ranges of each compatible kind are looked at, so a long trace stays linear."""
+        best, best_start = -1, None
+        for gcoll, (starts, idx) in by_kind.items():
+            if not _compatible(name, gcoll):
+                continue
+            pos = bisect_left(starts, start)
+            for q in range(pos, min(pos + _LOOKAHEAD, len(idx))):
+                k, gn = idx[q], gloo[idx[q]][2]
+                if not used[k] and (gn is None or n_in is None or gn == n_in or name == "barrier"):
+                    if best_start is None or starts[q] < best_start:
+                        best, best_start = k, starts[q]
+                    break
+        return best
+
+    described = set(seeds) | set(comm_ops)
+
+    def inside_collective(i: int) -> bool:
+        """Is op i nested in another c10d collective, a record_param_comms op or an op already described?"""
+        i, hops = int(parent[i]), 0
+        while i >= 0 and hops < 64:
+            if i in kinds or i in described:
+                return True
+            i, hops = int(parent[i]), hops + 1
+        return False
+
+    n_rows = n_untimed = n_nodtype = 0
+    for i in sorted(kinds, key=lambda i: (int(imp.op_start[i]), i)):
+        if i in covered or inside_collective(i):
+            continue
+        name = kinds[i]
+        dims, types = _args(ops[i])
+        n_in, n_out, dtype = _sizes(name, dims, types)
+        start, dur = int(imp.op_start[i]), int(imp.op_end[i] - imp.op_start[i])
+        k = match(name, start, n_in)
+        if k >= 0:
+            used[k] = True
+            j = gloo[k][0]
+            start, dur = int(imp.ann_start[j]), int(imp.ann_end[j] - imp.ann_start[j])
+            dtype = dtype or gloo[k][3]
+        else:
+            n_untimed += 1
+        if name == "allgather" and n_out is None and n_in is not None and gsize > 0:
+            n_out = n_in * gsize
+        if name == "reduce_scatter" and n_in is None and n_out is not None and gsize > 0:
+            n_in = n_out * gsize
+        nbytes = lambda n: 0 if n == 0 else -1 if n is None or dtype is None else n * dtype_bytes(dtype)  # noqa: E731
+        if name != "barrier" and dtype is None:
+            n_nodtype += 1
+        phase = int(ocols["phase"][i]) if "phase" in ocols else -1
+        b.row("collectives", rank=imp.rank, start_ns=start, dur_ns=dur, name=name, bytes_in=nbytes(n_in),
+              bytes_out=nbytes(n_out), dtype=dtype, group=gname, group_size=gsize, group_ranks=granks, kernel=-1,
+              op=i, phase=strings[phase] if phase >= 0 else None,
+              step=int(ocols["step"][i]) if "step" in ocols else -1)
+        n_rows += 1
+    if not kinds and not comm_ops and not rows:
+        for k, (j, gcoll, gn, gdt) in enumerate(gloo):
+            n_out = gn * gsize if gcoll == "allgather" and gn is not None and gsize > 0 else (
+                gn if gcoll in IN_PLACE else None)
+            nb = lambda n: -1 if n is None or gdt is None else n * dtype_bytes(gdt)  # noqa: E731
+            lane, t0 = imp.ann_lane[j:j + 1], imp.ann_start[j:j + 1]
+            op = int(imp.op_nest.enclosing(lane, t0)[0]) if len(imp.op_start) else -1
+            b.row("collectives", rank=imp.rank, start_ns=int(imp.ann_start[j]),
+                  dur_ns=int(imp.ann_end[j] - imp.ann_start[j]), name=gcoll,
+                  bytes_in=nb(gn) if gcoll != "barrier" else 0, bytes_out=nb(n_out) if gcoll != "barrier" else 0,
+                  dtype=gdt, group=gname, group_size=gsize, group_ranks=granks, kernel=-1, op=op,
+                  phase=strings[imp.ann_phase[j]] if imp.ann_phase[j] >= 0 else None, step=int(imp.ann_step[j]))
+            used[k] = True
+    left = used.count(False)
+    if n_rows and left:
+        imp.warnings.append(f"{left} gloo:* ranges matched no c10d collective op and were not counted")
+    if n_untimed:
+        imp.warnings.append(f"{n_untimed} collectives timed by their c10d op (no matching gloo:* range): for "
+                            "async ops that is the enqueue, not the transfer")
+    if n_nodtype:
+        imp.warnings.append(f"{n_nodtype} collectives from c10d ops have no recorded dtype: their sizes are unknown")

@@ -130,6 +130,7 @@ def _load_one(path: Path, rank: int | None, many: bool) -> Profile:
         warnings.append("displayTimeUnit says ns but ts are µs (treated as µs)")
 
     b = _Importer(r, warnings)
+    b.dist = dist  # process-group sizes for collectives that carry no record_param_comms metadata
     b.run(events)
     meta = km.build_meta(trace, path, r, dist, b, warnings)
     b.builder.meta = meta
@@ -161,6 +162,7 @@ class _Importer:
         self.lane_ids: dict[tuple, int] = {}
         self.counts: dict[str, int] = {}
         self.pids: set = set()
+        self.dist: dict = {}
 
     # -- helpers ------------------------------------------------------------------------------------
     def _lane(self, pids: list, tids: list) -> np.ndarray:
@@ -291,6 +293,7 @@ class _Importer:
         src_of = {id(e): s for e, s in cpu}
         lane = self._lane([e.pid for e in evs], [e.tid for e in evs])
         self.ann = Lanes(lane, start, start + dur)
+        self.ann_events, self.ann_start, self.ann_end, self.ann_lane = evs, start, start + dur, lane
         names = [e.name if isinstance(e.name, str) else str(e.name) for e in evs]
         self.ann_name, self.ann_path, self.ann_phase, self.ann_step = self._propagate(self.ann, names)
         n = len(evs)
