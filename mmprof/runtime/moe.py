@@ -142,15 +142,15 @@ class MoE(nn.Module):
         slots = ids - self.e0 if self.ep else ids
         if self.ep:
             slots = slots.masked_fill((ids < self.e0) | (ids >= self.e0 + self.n_local), -1)
-        if fuse:  # the shared expert as an always-selected extra slot, weight 1/scale
-            n = x.shape[0]
-            slots = torch.cat([slots, torch.full((n, 1), self.n_local, device=x.device, dtype=slots.dtype)], 1)
-            w = torch.cat([w, torch.full((n, 1), 1.0 / self.scale, device=x.device, dtype=w.dtype)], 1)
         shared = None
         if self.has_shared and not fuse:
             with scope(f"{p}.shared"):
                 shared = self._shared(x)
         with scope(f"{p}.routed"):  # the MoE layer's single all-reduce is attributed here
+            if fuse:  # the shared expert as an always-selected extra slot, weight 1/scale
+                n = x.shape[0]
+                slots = torch.cat([slots, torch.full((n, 1), self.n_local, device=x.device, dtype=slots.dtype)], 1)
+                w = torch.cat([w, torch.full((n, 1), 1.0 / self.scale, device=x.device, dtype=w.dtype)], 1)
             if sw.moe_impl == "loop":
                 out = self._experts_loop(x, w, slots)
                 log.log(self.layer_id, "moe.experts", "loop", "loop", None, f"{p}.routed")
