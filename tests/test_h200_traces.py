@@ -79,3 +79,11 @@ def test_h200_ladder_profiles_carry_plain_and_profiled_timings():
         run = _ladder(name).meta["run"]
         assert run["device"] == "cuda" and run["preset"] == "small"
         assert run["tokens_per_s"]["plain"]["decode"] > 0 and run["dilation_by_phase"]["full"]["decode"] > 1
+
+
+def test_diff_reports_the_plain_timing_next_to_the_profiled_one():
+    from mmprof.analysis.diff import diff_profiles
+
+    d = diff_profiles(_ladder("baseline"), _ladder("grouped"), phase="decode")
+    assert d.plain is not None and d.plain["change"]["decode"] > 0.5  # 86.8 -> 176.8 tok/s without the profiler
+    assert d.notes[0].startswith("without the profiler") and "dilation" in d.notes[0]

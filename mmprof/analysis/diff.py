@@ -198,6 +198,7 @@ class DiffResult:
     layers: list[Delta] = field(default_factory=list)   # every layer, in order, for plots
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    plain: dict[str, Any] | None = None  # tokens/s measured without the profiler (mmprof run's meta.run), both sides
 
     @property
     def moved(self) -> bool:
@@ -350,6 +351,34 @@ def _verdict(phase: str, cats: list[CategoryChange], step: StepChange | None, do
     return "; ".join(parts)
 
 
+def plain_timing_change(before, after) -> dict[str, Any] | None:
+    """Tokens/s measured without the profiler, when both profiles carry them (`mmprof run` stores them in
+    meta.run): the profile's own step times are stretched by the profiler, these are not."""
+    def tps(p):
+        run = (getattr(p, "meta", None) or {}).get("run") or {}
+        t = (run.get("tokens_per_s") or {})
+        return t.get("plain"), t.get("profiled") or t.get("full"), run.get("dilation_by_phase") or {}
+    (pb, qb, db), (pa, qa, da) = tps(before), tps(after)
+    if not isinstance(pb, dict) or not isinstance(pa, dict):
+        return None
+    out: dict[str, Any] = {"before": pb, "after": pa, "change": {}}
+    parts = []
+    for ph in ("decode", "prefill"):
+        if pb.get(ph) and pa.get(ph):
+            ch = pa[ph] / pb[ph] - 1.0
+            out["change"][ph] = ch
+            parts.append(f"{ph} {pb[ph]:,.1f} -> {pa[ph]:,.1f} tok/s ({ch:+.0%})")
+    if not parts:
+        return None
+    text = "without the profiler (mmprof run's plain timing): " + ", ".join(parts)
+    fb, fa = (db.get("full") or {}).get("decode"), (da.get("full") or {}).get("decode")
+    if fb and fa:
+        text += f"; profiler dilation of decode {fb:.2f}x -> {fa:.2f}x"
+        out["decode_dilation"] = {"before": fb, "after": fa}
+    out["text"] = text
+    return out
+
+
 def _fmt_ns(ns: float) -> str:
     if abs(ns) >= 1e9:
         return f"{ns / 1e9:.2f} s"
@@ -392,6 +421,9 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
     dom = (bb.dominant, ba.dominant)
     step = next((s for s in steps if s.phase == phase_name), None)
     verdict = _verdict(phase_name, cats, step, dom)
+    plain = plain_timing_change(before, after)
+    if plain:
+        notes.insert(0, plain["text"])
     # work matching
     wb, nb = _work(b, ph, rank)
     wa, na = _work(a, ph, rank)
@@ -424,7 +456,7 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
         by_rank.append(Delta(f"rank {r}", sb.median_ns or 0.0, sa.median_ns or 0.0))
     return DiffResult(labels[0], labels[1], phase_name, rank, (b.events.source, a.events.source), steps, cats, dom,
                       verdict, _path_changes(vb, va), matched, by_scope, by_layer, by_rank, per_step, layers,
-                      notes, warnings)
+                      notes, warnings, plain=plain)
 
 
 def _whole(tl: TimelineResult, rank: int | None):
