@@ -356,9 +356,8 @@ def plain_timing_change(before, after) -> dict[str, Any] | None:
     meta.run): the profile's own step times are stretched by the profiler, these are not."""
     def tps(p):
         run = (getattr(p, "meta", None) or {}).get("run") or {}
-        t = (run.get("tokens_per_s") or {})
-        return t.get("plain"), t.get("profiled") or t.get("full"), run.get("dilation_by_phase") or {}
-    (pb, qb, db), (pa, qa, da) = tps(before), tps(after)
+        return (run.get("tokens_per_s") or {}).get("plain"), run.get("dilation_by_phase") or {}
+    (pb, db), (pa, da) = tps(before), tps(after)
     if not isinstance(pb, dict) or not isinstance(pa, dict):
         return None
     out: dict[str, Any] = {"before": pb, "after": pa, "change": {}}

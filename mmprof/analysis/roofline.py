@@ -115,8 +115,6 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
     pb = np.full(len(ranks_u), np.nan)
     for i, r in enumerate(ranks_u.tolist()):
         p = peaks.get(r)
-        if p is None and r not in peaks:
-            p, w = None, None
         if p is not None:
             pb[i] = p.bytes_per_s or np.nan
             for k, d in enumerate(_DTYPES):

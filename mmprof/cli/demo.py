@@ -236,7 +236,6 @@ def _render_summary(con, res: DemoResult) -> None:
             continue
         try:
             r0 = s.data["ranks"][0]
-            total = sum(o["self_ns"] for o in r0["top_ops"]) or 1
             tops = ", ".join(f"{o['name']} {o['self_ns'] / 1e6:,.0f} ms" for o in r0["top_ops"][:4])
             con.print(f"  {label}: {tops}")
         except (KeyError, IndexError, TypeError) as e:

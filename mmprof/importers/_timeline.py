@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 
 from mmprof import __version__
 from mmprof.errors import BadInput
-from mmprof.profiles.model import ProfileBuilder
+from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
 from mmprof.profiles.schema import TABLES
 
 _RANK_NAME = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?![0-9])", re.IGNORECASE)
@@ -276,3 +276,14 @@ def base_meta(fmt: str, files: list[Path], tool: str | None) -> dict[str, Any]:
         "ranks": [],
         "clock": {"unit": "ns", "note": f"{fmt}: the tool's monotonic/boot clock in ns, per rank (not wall clock)"},
     }
+
+
+def finish(profiles: list[Profile], warnings: list[str], files: list[Path], empty: str | None = None) -> Profile:
+    """Merge the per-rank profiles of one import, attach the import's warnings, and refuse an import with no
+    timeline rows at all (`empty` says what was missing, in the format's own words; None: allow empty)."""
+    prof = merge_profiles(profiles) if len(profiles) > 1 else profiles[0]
+    if warnings:
+        prof.meta.setdefault("warnings", []).extend(warnings)
+    if empty is not None and not any(prof.n(t) for t in ("kernels", "launches", "memcpy", "scopes")):
+        raise BadInput(f"{', '.join(map(str, files))}: {empty}")
+    return prof

@@ -18,9 +18,9 @@ from typing import Any
 
 from mmprof.errors import BadInput
 from mmprof.importers._devices import describe_device
-from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta, extend,
+from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta, extend, finish,
                                         rank_from_env, rank_from_name)
-from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
+from mmprof.profiles.model import Profile, ProfileBuilder
 
 _VSUFFIX = re.compile(r"_v\d+$")
 _LAUNCH_API = re.compile(r"(Launch|Memcpy|Memset|GraphLaunch)", re.IGNORECASE)
@@ -287,7 +287,4 @@ def load(files: list[Path], rank: int | None = None) -> Profile:
         if w:
             b.meta["warnings"] = w
         profiles.append(b.build())
-    prof = merge_profiles(profiles) if len(profiles) > 1 else profiles[0]
-    if warnings:
-        prof.meta.setdefault("warnings", []).extend(warnings)
-    return prof
+    return finish(profiles, warnings, files)

@@ -22,9 +22,9 @@ from typing import Any
 
 from mmprof.errors import BadInput, UnsupportedFormat
 from mmprof.importers._devices import describe_device
-from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta,
+from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta, finish,
                                         collective_name, drop_idle, extend, rank_from_env, rank_from_name)
-from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
+from mmprof.profiles.model import Profile, ProfileBuilder
 
 _UUID_SUFFIX = r"_[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12}"
 _LAUNCH_API = re.compile(r"^(hip|hipExt|hipModule|hipHcc|hipGraph|cuda|cu)\w*(Launch|Memcpy|Memset)", re.IGNORECASE)
@@ -343,12 +343,7 @@ def load(files: list[Path], rank: int | None = None) -> Profile:
         if w:
             b.meta["warnings"] = w
         profiles.append(b.build())
-    prof = merge_profiles(profiles) if len(profiles) > 1 else profiles[0]
-    if warnings:
-        prof.meta.setdefault("warnings", []).extend(warnings)
-    if not any(prof.n(t) for t in ("kernels", "launches", "memcpy", "scopes")):
-        raise BadInput(f"{', '.join(map(str, files))}: rocpd database holds no kernels, API calls, copies or markers")
-    return prof
+    return finish(profiles, warnings, files, "rocpd database holds no kernels, API calls, copies or markers")
 
 
 def _gpu_work(u: dict[str, Any]) -> bool:

@@ -18,9 +18,9 @@ from typing import Any
 
 from mmprof.errors import BadInput
 from mmprof.importers._devices import describe_device
-from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta,
+from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta, finish,
                                         collective_name, drop_idle, extend, rank_from_name)
-from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
+from mmprof.profiles.model import Profile, ProfileBuilder
 
 _KIND_TOKEN = re.compile(
     r"(kernel_trace|kernel_dispatch|hip_api_trace|hip_runtime_trace|hip_compiler_trace|hip_api|hsa_api_trace|"
@@ -354,9 +354,4 @@ def load(files: list[Path], rank: int | None = None) -> Profile:
         if w:
             b.meta["warnings"] = w
         profiles.append(b.build())
-    prof = merge_profiles(profiles) if len(profiles) > 1 else profiles[0]
-    if warnings:
-        prof.meta.setdefault("warnings", []).extend(warnings)
-    if not any(prof.n(t) for t in ("kernels", "launches", "memcpy", "scopes")):
-        raise BadInput(f"{', '.join(map(str, files))}: no kernel, API, copy or marker rows in these CSV files")
-    return prof
+    return finish(profiles, warnings, files, "no kernel, API, copy or marker rows in these CSV files")

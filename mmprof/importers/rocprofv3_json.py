@@ -20,9 +20,9 @@ from typing import Any
 from mmprof.errors import BadInput
 from mmprof.fileio import read_bytes
 from mmprof.importers._devices import describe_device
-from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta,
+from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta, finish,
                                         collective_name, drop_idle, extend, rank_from_name)
-from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
+from mmprof.profiles.model import Profile, ProfileBuilder
 
 _LAUNCH_API = re.compile(r"(Launch|Memcpy|Memset)", re.IGNORECASE)
 
@@ -244,10 +244,4 @@ def load(files: list[Path], rank: int | None = None) -> Profile:
         if w:
             b.meta["warnings"] = w
         profiles.append(b.build())
-    prof = merge_profiles(profiles) if len(profiles) > 1 else profiles[0]
-    if warnings:
-        prof.meta.setdefault("warnings", []).extend(warnings)
-    if not any(prof.n(t) for t in ("kernels", "launches", "memcpy", "scopes")):
-        raise BadInput(f"{', '.join(map(str, files))}: rocprofv3 JSON holds no dispatches, HIP calls, copies "
-                       "or markers")
-    return prof
+    return finish(profiles, warnings, files, "rocprofv3 JSON holds no dispatches, HIP calls, copies or markers")

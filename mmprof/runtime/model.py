@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from mmprof.errors import BadInput
 

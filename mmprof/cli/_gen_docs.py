@@ -1,0 +1,34 @@
+"""Generate docs/cli.md from the commands' --help: `python -m mmprof.cli._gen_docs > docs/cli.md`.
+
+tests/test_docs.py regenerates it and fails when the checked-in file is stale.
+"""
+
+from __future__ import annotations
+
+import click
+
+from mmprof.cli import COMMANDS, cli
+
+HEADER = """# Command reference
+
+Generated from `--help` by `python -m mmprof.cli._gen_docs > docs/cli.md`; a test keeps it in sync.
+
+Exit codes for every command: **0** all good, **1** a check found violations, **2** bad usage, bad input or
+no evidence to judge (never a pass). `--debug` (or `MMPROF_DEBUG=1`) shows tracebacks instead of one-line errors.
+"""
+
+
+def render() -> str:
+    parts = [HEADER]
+    ctx = click.Context(cli, info_name="mmprof")
+    for name in COMMANDS:
+        cmd = cli.get_command(ctx, name)
+        if cmd is None:
+            continue
+        sub = click.Context(cmd, info_name=name, parent=ctx, max_content_width=100, terminal_width=100)
+        parts.append(f"## `mmprof {name}`\n\n```text\n{cmd.get_help(sub).rstrip()}\n```\n")
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(render(), end="")
