@@ -216,7 +216,7 @@ class DiffResult:
                 "matched": [d.to_dict() for d in self.matched], "by_scope": [d.to_dict() for d in self.by_scope],
                 "by_layer": [d.to_dict() for d in self.by_layer], "by_rank": [d.to_dict() for d in self.by_rank],
                 "layers": [d.to_dict() for d in self.layers],
-                "per_step": self.per_step, "notes": self.notes, "warnings": self.warnings}
+                "per_step": self.per_step, "notes": self.notes, "warnings": self.warnings, "plain": self.plain}
 
 
 def _short(s: str, n: int = 60) -> str:
