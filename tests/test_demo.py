@@ -67,7 +67,7 @@ def test_render_tells_the_story(demo_result, capsys):
     assert "speed-up after/before" in flat
     assert "before: FAIL (exit 1)" in flat and "after: PASS (exit 0)" in flat
     assert "FP001 shared-expert-separate" in flat and "FP002 block-selection-recomputed" in flat
-    assert "verdict:" in flat
+    assert "verdict (from the profiled runs):" in flat and "kernel paths that changed" in flat
     assert "reuse" in flat and "SH001" in flat
     assert demo_result.runs["before"]["profile"] in flat.replace(" ", "") or "before.json.gz" in flat
     json.dumps(demo_result.to_dict())  # --json output is serialisable
