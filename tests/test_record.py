@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -138,8 +137,26 @@ def test_rank_killed_with_flush_keeps_its_earlier_steps(tmp_path):
 
 
 @pytest.mark.slow
-def test_rank_os_exit_without_flush_is_reported_missing(tmp_path):
+def test_rank_os_exit_mid_run_keeps_its_data(tmp_path):
+    # os._exit skips atexit; the hook's os._exit wrapper writes the trace first, so nothing is lost
     cmd = [torchrun(), "--nproc-per-node", "2", script("dist_allreduce.py"), "--crash-rank", "1", "--crash", "exit"]
+    proc, out = run_record(tmp_path, cmd=cmd)
+    assert proc.returncode == 1, proc.stderr
+    p = load_profile(out)
+    ranks = {r["rank"]: r for r in p.meta["ranks"]}
+    assert ranks[1]["status"] == "complete" and ranks[1]["partial"] is False
+    assert any("os._exit(7)" in n for n in ranks[1]["notes"])
+    assert ranks[0]["status"] == "complete"
+    ops = ops_df(p)
+    r1 = ops[(ops["rank"] == 1) & (ops.name == "aten::mm")]
+    assert sorted(r1.step) == [0, 1]  # the two steps it ran before os._exit(7)
+    assert any(w.startswith("rank 1: exited through os._exit(7)") for w in p.meta["warnings"])
+    assert not list((tmp_path / "prof.traces").glob("*.partial"))
+
+
+@pytest.mark.slow
+def test_rank_killed_without_flush_is_reported_missing(tmp_path):
+    cmd = [torchrun(), "--nproc-per-node", "2", script("dist_allreduce.py"), "--crash-rank", "1", "--crash", "kill"]
     proc, out = run_record(tmp_path, cmd=cmd)
     assert proc.returncode == 1, proc.stderr
     p = load_profile(out)
@@ -149,6 +166,54 @@ def test_rank_os_exit_without_flush_is_reported_missing(tmp_path):
     assert p.ranks == [0, 1] and sorted(set(p.df("ops")["rank"])) == [0]  # rank 0's data is kept
     assert any("rank(s) 1 wrote no trace" in w for w in p.meta["warnings"])
     assert "no-data" in proc.stderr
+
+
+@pytest.mark.parametrize("in_range", [False, True])
+def test_os_exit_after_work_keeps_the_trace(tmp_path, in_range):
+    cmd = [sys.executable, script("os_exit_script.py"), "5"] + (["--in-range"] if in_range else [])
+    proc, out = run_record(tmp_path, cmd=cmd)
+    assert proc.returncode == 5, proc.stderr
+    assert proc.stdout == "os_exit_script: exiting\n"
+    p = load_profile(out)
+    rank = p.meta["ranks"][0]
+    assert rank["status"] == "complete" and rank["partial"] is False
+    assert rank["notes"] == ["exited through os._exit(5); the trace was written just before"]
+    assert "rank 0: exited through os._exit(5); the trace was written just before" in p.meta["warnings"]
+    mm = ops_df(p)
+    mm = mm[mm.name == "aten::mm"]
+    assert len(mm) == 4 if in_range else len(mm) == 3  # --in-range: one more matmul inside the open range
+    assert sorted(mm.step[mm.step >= 0]) == [0, 1, 2]
+    assert ("still.open" in set(p.df("scopes").name.astype(str))) is in_range
+    assert not list((tmp_path / "prof.traces").glob("*.partial"))
+
+
+def test_os_exit_from_another_thread_keeps_exit_code_and_reports_why(tmp_path):
+    # torch.profiler stopped from a thread other than its starter segfaults: the hook must not try, so the
+    # program still exits with its own code, and the report says why this process has no trace
+    proc, out = run_record(tmp_path, cmd=[sys.executable, script("os_exit_script.py"), "6", "--from-thread"])
+    assert proc.returncode == 2, proc.stderr  # mmprof: nothing usable captured
+    assert "(the command exited with code 6)" in proc.stderr
+    assert "[mmprof] could not write the trace of pid" in proc.stderr and "another thread" in proc.stderr
+    marker = json.loads(next((tmp_path / "prof.traces").glob("*.partial")).read_text())
+    assert any("started by another thread" in n for n in marker["notes"])
+
+
+@pytest.mark.slow
+def test_torchrun_entry_point_ending_in_os_exit_is_captured(tmp_path):
+    # mmprof.runtime.launch ends with os._exit (as the H200 run of `mmprof record -- torchrun ... -m
+    # mmprof.runtime.launch` did, which then captured nothing)
+    cmd = [torchrun(), "--nproc-per-node", "1", "-m", "mmprof.runtime.launch", "--preset", "tiny",
+           "--prompt-len", "16", "--decode-steps", "2"]
+    proc, out = run_record(tmp_path, cmd=cmd, env={"PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert '"decode_steps": 2' in proc.stdout
+    p = load_profile(out)
+    assert [(r["rank"], r["status"]) for r in p.meta["ranks"]] == [(0, "complete")]
+    assert any("os._exit(0)" in n for n in p.meta["ranks"][0]["notes"])
+    ops = ops_df(p)
+    assert {"prefill", "decode"} <= set(ops.phase.astype(str))
+    assert sorted(set(ops.step[ops.step >= 0])) == [0, 1, 2]
+    assert "layers.0.attn.qkv" in set(p.df("scopes").name.astype(str))
 
 
 # -- (d) transformers' MiniMax M3, tiny config ---------------------------------------------------
@@ -213,6 +278,29 @@ def test_light_mode_shapes_first_step_only(tmp_path):
     assert [s["record_shapes"] for s in meta["segments"]] == [True, False]
 
 
+@pytest.mark.parametrize("in_step", [False, True])
+def test_light_mode_on_the_gpu_start_path(tmp_path, in_step):
+    # benchmarks/h200/record_gpu.py's `light` case (cuda_script.py) on a CPU, with the hook's GPU-build start
+    # path forced (fake_gpu.py): the capture starts at the first "GPU use", not at import.
+    cmd = [sys.executable, script("gpu_path_light.py"), "4"] + (["--in-step"] if in_step else [])
+    proc, out = run_record(tmp_path, "--light", cmd=cmd)
+    assert proc.returncode == 0, proc.stderr
+    p = load_profile(out)
+    ops = ops_df(p)
+    # the start point: cuda_script's CPU randn before it is not captured (nor step 0's with --in-step)
+    assert (ops.name == "aten::randn").sum() == (3 if in_step else 4)
+    mm = ops[ops.name == "aten::mm"]
+    assert len(mm) == 4  # every step's matmul is there
+    shaped = mm[mm.input_dims.notna()]
+    assert len(shaped) == 1 and shaped.input_dims.astype(str).tolist() == ["[[64, 256], [256, 256]]"]
+    # started inside step 0's range, that range's start is not in the trace, so its ops have no step
+    assert shaped.step.tolist() == [-1 if in_step else 0]
+    assert sorted(mm.step[mm.input_dims.isna()]) == [1, 2, 3]
+    meta = json.loads(next((tmp_path / "prof.traces").glob("*.meta.json")).read_text())
+    assert [s["record_shapes"] for s in meta["segments"]] == [True, False]
+    assert meta["steps_seen"] == 4 and meta["segments"][1]["first_step"] == 1
+
+
 def test_window_skip_and_steps(tmp_path):
     proc, out = run_record(tmp_path, "--skip", "1", "--steps", "1", cmd=[sys.executable, script("plain_script.py")])
     assert proc.returncode == 3, proc.stderr
@@ -270,7 +358,7 @@ def test_spawn_workers_are_captured_and_fork_children_noted(tmp_path):
 def test_fork_children_capture_themselves_when_parent_profiler_not_running(tmp_path):
     # The parent waits for its window (no worker.* steps of its own), so no profiler runs when it forks:
     # each forked worker starts its own session and captures its second step, then os._exits (as
-    # multiprocessing's fork workers do), which is reported complete because the window was flushed.
+    # multiprocessing's fork workers do); the trace is written at os._exit.
     proc, out = run_record(tmp_path, "--step-marker", "worker.*", "--skip", "1", "--steps", "1",
                            cmd=[sys.executable, script("mp_workers.py"), "fork"])
     assert proc.returncode == 0, proc.stderr
@@ -278,6 +366,27 @@ def test_fork_children_capture_themselves_when_parent_profiler_not_running(tmp_p
     assert [r["status"] for r in p.meta["ranks"]] == ["complete", "complete"]
     assert set(p.df("scopes").name.astype(str)) == {"worker.0.step.1", "worker.1.step.1"}
     assert p.meta["capture"]["forked_not_captured"] == 0
+
+
+def test_fork_workers_on_the_gpu_start_path_are_kept(tmp_path):
+    # The H200 `fork-cuda` case on a CPU: the GPU start path is forced (fake_gpu.py), the parent never uses
+    # the "GPU" so it never starts; each fork worker starts at its first "GPU" use, works, and ends with
+    # os._exit (multiprocessing's fork workers never run atexit): both workers' data must be kept.
+    proc, out = run_record(tmp_path, cmd=[sys.executable, script("mp_workers.py"), "fork", "--fake-gpu"])
+    assert proc.returncode == 0, proc.stderr
+    assert "exitcodes [0, 0]" in proc.stdout
+    p = load_profile(out)
+    assert [r["status"] for r in p.meta["ranks"]] == ["complete", "complete"]
+    assert all(r["notes"] == ["exited through os._exit(0); the trace was written just before"]
+               for r in p.meta["ranks"])
+    assert len({r["pid"] for r in p.meta["ranks"]}) == 2
+    scopes = p.df("scopes")
+    by_rank = {r: set(g.name.astype(str)) for r, g in scopes.groupby("rank")}
+    assert sorted(map(sorted, by_rank.values())) == [["worker.0.step.0", "worker.0.step.1"],
+                                                     ["worker.1.step.0", "worker.1.step.1"]]
+    ops = ops_df(p)
+    assert (ops.name == "aten::mm").sum() == 4  # two matmuls in each worker
+    assert p.meta["capture"]["forked_not_captured"] == 0 and not p.meta["warnings"]
 
 
 def test_program_running_its_own_profiler_is_not_broken(tmp_path):
@@ -430,6 +539,51 @@ def test_capture_session_defers_switch_until_safe_point(tmp_path):
     assert [g["record_shapes"] for g in s.segments] == [True, False]
     s.export()
     assert s.trace_path.name == "defer.pt.trace.json.gz"
+
+
+def test_capture_session_export_runs_once(tmp_path):
+    import torch
+
+    from mmprof.capture import CaptureSession
+
+    s = CaptureSession(tmp_path, name="once")
+    s.start()
+    torch.ones(2, 2) @ torch.ones(2, 2)
+    first = s.export()
+    data = first.read_bytes()
+    assert s.export() == first and first.read_bytes() == data  # os._exit's export, then atexit's: no-op
+    s.start()                                                   # a late start (GPU init at exit) does nothing
+    assert s._prof is None and len(s.segments) == 1 and not s.marker_path.exists()
+
+
+def test_capture_session_is_never_stopped_from_another_thread(tmp_path):
+    import threading
+
+    import torch
+
+    from mmprof.capture import CaptureSession
+
+    s = CaptureSession(tmp_path, mode="light", name="thr")
+    s.start()
+    torch.ones(2, 2) @ torch.ones(2, 2)
+    errors = []
+
+    def other():
+        s.step()  # a step counted on another thread: the light switch waits for the starting thread
+        try:
+            s.export()
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert s._pending and len(s.segments) == 1 and s._prof is not None  # nothing stopped from the wrong thread
+    assert errors and "started by another thread" in errors[0]
+    assert s.marker_path.exists()
+    s.safe_point()  # back on the starting thread: the deferred switch happens
+    assert [g["record_shapes"] for g in s.segments] == [True, False]
+    assert s.export().name == "thr.pt.trace.json.gz" and not s.marker_path.exists()
 
 
 def test_combine_traces_shifts_onto_first_base(tmp_path):

@@ -6,7 +6,10 @@ Checks (each PASS/FAIL with the numbers behind it):
   2 import-start  --start import includes it (5 randn)
   3 light       --light: mode light, kernels in every step, shapes only in step 0
   4 fork-cuda   multiprocessing *fork* workers that use CUDA while the parent never does (vLLM's default
-                start method): both workers captured with kernels, the parent not poisoned (exit codes 0)
+                start method): both workers captured with kernels (written at their os._exit), the parent
+                not poisoned (exit codes 0)
+  8 os-exit     torchrun + mmprof.runtime.launch (tiny, cuda), which ends with os._exit: rank 0 complete with
+                kernels, its trace written at os._exit
   5 runtime     the reference runtime (tiny preset) on cuda, one rank: kernels, layer scopes, dispatch
   6 overhead    a launch-bound loop (small kernels): step time without capture, with full, with light
   7 nsys        --backend nsys when nsys is on PATH (else reported n/a)
@@ -98,14 +101,25 @@ def c2():
         kernels=p.n("kernels"), stderr_tail=_tail(proc))
 
 
+def _shaped_steps(ops) -> list[int]:
+    """Steps whose aten::mm/matmul ops carry input shapes. `input_dims` is null where no shapes were recorded;
+    test it with notna(): under pandas 3 `.astype(str)` keeps a missing value as NaN (not the string "nan"),
+    which an earlier version of this check counted as "has shapes" in every step."""
+    mm = ops[ops.name.astype(str).isin(["aten::mm", "aten::matmul"])]
+    has = mm.input_dims.notna() & (mm.input_dims.astype("string").fillna("") != "")
+    return sorted({int(s) for s in mm.step[has] if s >= 0})
+
+
 def c3():
     proc, p, wall, _ = record("light", ["--light"], [sys.executable, str(DATA / "cuda_script.py"), "4"])
     k, ops = p.df("kernels"), p.df("ops")
-    mm = ops[ops.name.astype(str).isin(["aten::mm", "aten::matmul"])]
-    shaped = sorted({int(s) for s, d in zip(mm.step, mm.input_dims.astype(str)) if d not in ("nan", "None")})
+    shaped = _shaped_steps(ops)
     ksteps = sorted(int(s) for s in set(k.step) if s >= 0)
+    metas = sorted((WORK / "light.traces").glob("*.meta.json"))
+    segs = [s["record_shapes"] for s in json.loads(metas[0].read_text())["segments"]] if metas else None
     add("light", proc.returncode == 0 and p.meta["capture"]["mode"] == "light" and ksteps == [0, 1, 2, 3]
-        and shaped == [0], rc=proc.returncode, kernel_steps=ksteps, steps_with_shapes=shaped, stderr_tail=_tail(proc))
+        and shaped == [0] and segs == [True, False], rc=proc.returncode, kernel_steps=ksteps,
+        steps_with_shapes=shaped, segment_shapes=segs, stderr_tail=_tail(proc))
 
 
 def c4():
@@ -116,6 +130,18 @@ def c4():
     add("fork-cuda", proc.returncode == 0 and "exitcodes [0, 0]" in proc.stdout and len(with_kernels) == 2,
         rc=proc.returncode, stdout=proc.stdout.strip()[-200:], ranks=[(r["rank"], r["status"]) for r in ranks],
         ranks_with_kernels=with_kernels, stderr_tail=proc.stderr.strip()[-300:] if proc.returncode else "")
+
+
+def c8():
+    # torchrun + an entry point that ends with os._exit (mmprof.runtime.launch): the trace is written at os._exit
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "-m", "mmprof.runtime.launch",
+           "--preset", "tiny", "--device", "cuda", "--prompt-len", "64", "--decode-steps", "4"]
+    proc, p, wall, _ = record("os_exit", [], cmd)
+    ranks = [(r["rank"], r["status"]) for r in p.meta["ranks"]] if p else []
+    notes = [n for r in (p.meta["ranks"] if p else []) for n in r.get("notes", [])]
+    add("os-exit", proc.returncode == 0 and p is not None and p.n("kernels") > 0 and ranks == [(0, "complete")]
+        and any("os._exit(0)" in n for n in notes), rc=proc.returncode, ranks=ranks,
+        kernels=p.n("kernels") if p else 0, stderr_tail=proc.stderr.strip()[-300:] if proc.returncode else "")
 
 
 def c5():
@@ -159,8 +185,8 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, cuda {torch.version.cuda}, device "
           f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}", flush=True)
-    for name, fn in [("gpu-start", c1), ("import-start", c2), ("light", c3), ("fork-cuda", c4), ("runtime", c5),
-                     ("overhead", c6), ("nsys", c7)]:
+    for name, fn in [("gpu-start", c1), ("import-start", c2), ("light", c3), ("fork-cuda", c4), ("os-exit", c8),
+                     ("runtime", c5), ("overhead", c6), ("nsys", c7)]:
         guarded(name, fn)
     (OUT / "summary.json").write_text(json.dumps({"torch": torch.__version__, "results": results}, indent=1,
                                                  default=str))

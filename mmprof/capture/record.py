@@ -381,13 +381,15 @@ def build_profile(procs: list[ProcessCapture], result: RecordResult):
                                    "was flushed before it died")
         elif e["status"] == "no-data":
             result.warnings.append(f"rank {e['rank']} (pid {e['pid']}) died before writing any trace "
-                                   "(killed, os._exit or a crash); only its partial marker is left")
+                                   "(killed or crashed); only its partial marker is left")
         elif e["status"] == "duplicate":
             result.warnings.append(f"pid {e['pid']} also claimed rank {e.get('claimed', '?')}; kept as rank {e['rank']}")
         if e.get("error"):
             result.warnings.append(f"rank {e['rank']} (pid {e['pid']}) raised {e['error']}")
         for n in e.get("notes", []):
-            if ("window" in n or "own torch.profiler" in n or n.startswith(("stopped by signal", "light mode"))):
+            if ("window" in n or "own torch.profiler" in n or "another thread" in n
+                    or n.startswith(("stopped by signal", "light mode"))
+                    or (n.startswith("exited through os._exit(") and not n.startswith("exited through os._exit(0)"))):
                 result.warnings.append(f"rank {e['rank']}: {n}")
     if result.missing_ranks:
         result.warnings.append(f"world size is {world} but rank(s) {', '.join(map(str, result.missing_ranks))} "

@@ -12,6 +12,9 @@ A `CaptureSession` owns one process's capture:
   `step_markers` exits (see `install_marker_hook`), e.g. ``mmprof.step.*`` or ``ProfilerStep#*``.
 - **export**: each profiler start/stop is one segment written atomically as a gzipped Chrome trace; `export()`
   combines the segments into ``<name>.pt.trace.json.gz`` and writes ``<name>.meta.json`` next to it.
+- **threads**: torch.profiler can only be stopped by the thread that started it (another thread's stop
+  segfaults), so transitions counted on another thread wait for the starting thread, and `export()` from
+  another thread raises instead of stopping the profiler.
 
 Nothing here prints; torch is imported only when a session starts.
 """
@@ -137,10 +140,12 @@ class CaptureSession:
         self.gpu = False
         self.trace_path: Path | None = None
         self._prof = None
+        self._prof_thread: int | None = None  # torch.profiler can only be stopped by the thread that started it
         self._seg_shapes = False
         self._seg_start_step = 0
         self._window_start = 0
         self._pending = False
+        self._exported = False  # export() ran: later calls (atexit after os._exit's, a finalizer) do nothing
         self.can_switch = None  # callable: True when no record_function range is open (set by install_hooks)
         self._lock = threading.RLock()
         self._t0 = time.time()
@@ -170,7 +175,7 @@ class CaptureSession:
     def start(self) -> None:
         """Write the partial marker and start capturing (or wait for the first `skip` steps)."""
         with self._lock:
-            if self.state != "new":
+            if self.state != "new" or self._exported:
                 return
             self.out_dir.mkdir(parents=True, exist_ok=True)
             self.write_marker()
@@ -194,7 +199,7 @@ class CaptureSession:
             self.steps_seen += 1
             if self.state in ("new", "done", "yielded"):
                 return
-            if self.can_switch is not None and not self.can_switch():
+            if (self.can_switch is not None and not self.can_switch()) or not self._on_prof_thread():
                 self._pending = True
                 return
             self._advance()
@@ -202,9 +207,14 @@ class CaptureSession:
     def safe_point(self) -> None:
         """No range is open any more: carry out a transition that step() had to defer."""
         with self._lock:
-            if self._pending and self.state in ("waiting", "capturing"):
+            if self._pending and self.state in ("waiting", "capturing") and self._on_prof_thread():
                 self._pending = False
                 self._advance()
+
+    def _on_prof_thread(self) -> bool:
+        """True when no profiler runs, or the calling thread is the one that started it (stopping torch.profiler
+        from any other thread crashes the process with SIGSEGV)."""
+        return self._prof is None or self._prof_thread == threading.get_ident()
 
     def _advance(self) -> None:
         self._pending = False
@@ -242,9 +252,20 @@ class CaptureSession:
     def export(self) -> Path | None:
         """Stop capturing, combine the segments into one trace, write the meta file, remove the marker.
 
-        Returns the trace path, or None when nothing was captured (the window never opened).
+        Returns the trace path, or None when nothing was captured (the window never opened). Only the first
+        call does anything: a process can reach several exit paths (os._exit, atexit, a signal handler).
         """
         with self._lock:
+            if self._exported:
+                return self.trace_path
+            if not self._on_prof_thread():
+                msg = ("torch.profiler was started by another thread of this process and can only be stopped "
+                       "there; this trace is not written now (its .partial marker and flushed segments remain)")
+                if msg not in self.notes:
+                    self.notes.append(msg)
+                    self.write_marker()
+                raise RuntimeError(msg)
+            self._exported = True
             if self.state == "capturing":
                 self._end_segment()
             if self.state == "new":
@@ -338,6 +359,7 @@ class CaptureSession:
         finally:
             _OWN_START = False
         self._prof = prof
+        self._prof_thread = threading.get_ident()
         self._seg_shapes = record_shapes
         self._seg_start_step = self.steps_seen
         self.segments.append({"k": len(self.segments), "file": str(self.segment_path(len(self.segments))),

@@ -10,10 +10,11 @@ It does nothing unless MMPROF_RECORD_DIR is set. Then it:
 3. once torch is imported, creates a `CaptureSession` named from RANK / LOCAL_RANK / WORLD_SIZE, and starts it
    at once (CPU builds, or MMPROF_RECORD_START=import) or when the program first initialises the GPU (GPU
    builds: so mmprof never initialises CUDA in a parent that later forks, and GPU-less helpers stay light);
-4. exports on normal exit (atexit) and on SIGTERM (then re-raises the signal with the default action);
-   SIGINT raises KeyboardInterrupt as usual, so atexit covers it. A process that dies without running
-   either (SIGKILL, os._exit, a segfault) leaves its `<name>.partial` marker, plus any window/segment already
-   flushed to disk.
+4. exports on normal exit (atexit), on SIGTERM (then re-raises the signal with the default action) and on
+   `os._exit` (wrapped while the hook is armed: torchrun entry points that skip interpreter clean-up, and every
+   multiprocessing *fork* worker, end that way, and neither runs atexit). SIGINT raises KeyboardInterrupt as
+   usual, so atexit covers it. A process that dies without running any of these (SIGKILL, a segfault) leaves
+   its `<name>.partial` marker, plus any window/segment already flushed to disk.
 
 Every failure is caught and reported once on stderr with a `[mmprof]` prefix: the hook never breaks a program.
 The session module is loaded by file path, so the hook works in any Python that has torch, even one where
@@ -93,6 +94,22 @@ class _TorchWatcher:
         return spec
 
 
+def _gpu_build(torch) -> bool:
+    """Whether this torch was built for CUDA or ROCm (then the capture waits for the first GPU use)."""
+    return bool(getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None))
+
+
+def _on_first_gpu_use(fn) -> None:
+    """Run `fn` when the program first initialises the GPU, or now if it already has.
+
+    torch.cuda's lazy-init queue runs it inside `torch.cuda._lazy_init`, i.e. at the program's first GPU use.
+    (A module-level function so that tests can drive this start path on a CPU build.)
+    """
+    import torch
+
+    torch.cuda._lazy_call(fn)
+
+
 _LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "torch.distributed.elastic")
 
 
@@ -160,11 +177,11 @@ def _on_torch() -> None:
         start = os.environ.get("MMPROF_RECORD_START", "auto")
         import torch
 
-        gpu_build = bool(getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None))
+        gpu_build = _gpu_build(torch)
         if start == "auto":
             start = "gpu" if gpu_build and session.activities != "cpu" else "import"
         if start == "gpu" and gpu_build:
-            torch.cuda._lazy_call(_start_safely)  # runs now if CUDA is already initialised
+            _on_first_gpu_use(_start_safely)  # runs now if the GPU is already initialised
         else:
             _start_safely()
     except Exception as e:
@@ -191,6 +208,40 @@ def _finish(reason: str | None = None) -> None:
         s.export()
     except Exception as e:
         _log(f"could not write the trace of pid {os.getpid()}: {e!r}")
+
+
+def _finish_at_os_exit(code) -> None:
+    """`os._exit` was called: write this process's trace first (once; never raises, never blocks the exit)."""
+    try:
+        s = _state["session"]
+        if s is None or s.pid != os.getpid() or _state.get("os_exit") == os.getpid():
+            return
+        _state["os_exit"] = os.getpid()
+        _finish(f"exited through os._exit({code}); the trace was written just before")
+    except BaseException as e:  # noqa: BLE001 - the program asked to exit: let nothing stop it
+        _log(f"could not write the trace of pid {os.getpid()} before os._exit: {e!r}")
+
+
+def _wrap_os_exit() -> None:
+    """Replace `os._exit` with a wrapper that exports the active capture before exiting.
+
+    os._exit skips atexit: torchrun entry points call it to dodge clean-up aborts at interpreter exit, and
+    multiprocessing's fork workers always end with it, so without this their traces would be lost. Installed
+    when the hook is armed (before the program can bind `os._exit` itself); it does nothing but call the
+    real `os._exit` while no capture is active in the calling process.
+    """
+    real = os._exit
+    if getattr(real, "_mmprof_wrapped", False):
+        return
+
+    def _exit(*args, **kwargs):
+        _finish_at_os_exit(args[0] if args else kwargs.get("status", "?"))
+        real(*args, **kwargs)
+
+    _exit._mmprof_wrapped = True
+    _exit.__wrapped__ = real
+    _exit.__doc__ = real.__doc__
+    os._exit = _exit
 
 
 def _install_exit_handlers(session) -> None:
@@ -263,6 +314,7 @@ def _install_exit_handlers(session) -> None:
 def _activate() -> None:
     if not os.environ.get("MMPROF_RECORD_DIR"):
         return
+    _wrap_os_exit()
     if "torch" in sys.modules:  # imported by the original sitecustomize or a .pth file
         _on_torch()
     else:
