@@ -34,6 +34,8 @@ def init_distributed(backend: str | None = None, device: str | None = None) -> D
     if backend not in ("gloo", "nccl"):
         raise BadInput(f"distributed backend must be gloo or nccl (RCCL on ROCm), not {backend!r}")
     dev = device or (f"cuda:{local}" if gpu else "cpu")
+    if dev == "cuda":  # a bare "cuda" means this rank's GPU (set_device needs an index)
+        dev = f"cuda:{local}"
     if dev.startswith("cuda"):
         torch.cuda.set_device(torch.device(dev))
     if world == 1:

@@ -14,7 +14,7 @@ from mmprof.runtime import Switches, Workload, build_model, generate, get_preset
 def test_grouped_mm_runs_on_gpu_and_matches_loop():
     m = build_model(get_preset("tiny"), device="cuda", dtype=torch.bfloat16, seed=0)
     outs = {}
-    for sw in (Switches.baseline(), Switches()):
+    for sw in (Switches.baseline(), Switches(block_reuse=1)):  # reuse changes numerics: compare at K=1
         m.set_switches(sw)
         m.dispatch.clear()
         outs[sw.moe_impl] = generate(m, Workload(batch=4, prompt_len=256, decode_steps=4), keep_logits=True)
