@@ -12,16 +12,25 @@ from mmprof.runtime import Switches, Workload, build_model, generate, get_preset
 
 @pytest.mark.gpu
 def test_grouped_mm_runs_on_gpu_and_matches_loop():
-    m = build_model(get_preset("tiny"), device="cuda", dtype=torch.bfloat16, seed=0)
+    """fp32: torch._grouped_mm and the loop agree to rounding (2e-7 relative on the H200). bf16: grouped_mm
+    runs, but the loop baseline accumulates the experts' outputs in bf16 (index_add_ into a bf16 tensor) and
+    a near-tied block selection can then flip, so the two differ by a few % (6.5% seen): no tight bound there."""
     outs = {}
-    for sw in (Switches.baseline(), Switches(block_reuse=1)):  # reuse changes numerics: compare at K=1
-        m.set_switches(sw)
-        m.dispatch.clear()
-        outs[sw.moe_impl] = generate(m, Workload(batch=4, prompt_len=256, decode_steps=4), keep_logits=True)
-        impls = {(r.op, r.impl) for r in m.dispatch.records}
-        assert ("moe.experts", "grouped_mm" if sw.moe_impl == "grouped" else "loop") in impls, impls
-    diff = max(float((a - b).abs().max()) for a, b in zip(outs["loop"].logits, outs["grouped"].logits))
-    assert diff < 5e-2 * max(1.0, float(outs["loop"].logits[0].abs().max()))
+    for dtype in (torch.float32, torch.bfloat16):
+        m = build_model(get_preset("tiny"), device="cuda", dtype=dtype, seed=0)
+        for sw in (Switches.baseline(), Switches(block_reuse=1)):  # reuse changes numerics: compare at K=1
+            m.set_switches(sw)
+            m.dispatch.clear()
+            outs[dtype, sw.moe_impl] = generate(m, Workload(batch=4, prompt_len=256, decode_steps=2), keep_logits=True)
+            impls = {(r.op, r.impl) for r in m.dispatch.records}
+            assert ("moe.experts", "grouped_mm" if sw.moe_impl == "grouped" else "loop") in impls, impls
+
+    def rel(dtype):
+        a, b = outs[dtype, "loop"].logits[0].float(), outs[dtype, "grouped"].logits[0].float()
+        return float((a - b).norm() / b.norm())
+
+    assert rel(torch.float32) < 1e-4, rel(torch.float32)
+    assert rel(torch.bfloat16) < 0.15, rel(torch.bfloat16)
 
 
 @pytest.mark.gpu
