@@ -7,7 +7,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
-SAMPLES = ROOT.parent / "shared" / "samples"
 
 
 def data_file(*parts: str) -> Path:

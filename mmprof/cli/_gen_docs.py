@@ -20,12 +20,15 @@ no evidence to judge (never a pass). `--debug` (or `MMPROF_DEBUG=1`) shows trace
 
 def render() -> str:
     parts = [HEADER]
-    ctx = click.Context(cli, info_name="mmprof")
+    # the group's context settings apply to every subcommand (and help_option_names must be explicit:
+    # click caches each command's help option, so inheriting it would depend on what ran before)
+    ctx = click.Context(cli, info_name="mmprof", **cli.context_settings)
     for name in COMMANDS:
         cmd = cli.get_command(ctx, name)
         if cmd is None:
             continue
-        sub = click.Context(cmd, info_name=name, parent=ctx, max_content_width=100, terminal_width=100)
+        sub = click.Context(cmd, info_name=name, parent=ctx, max_content_width=100, terminal_width=100,
+                            help_option_names=["-h", "--help"])
         parts.append(f"## `mmprof {name}`\n\n```text\n{cmd.get_help(sub).rstrip()}\n```\n")
     return "\n".join(parts)
 
