@@ -77,3 +77,18 @@ def atomic_write(path: str | os.PathLike, data: bytes, compress: bool | None = N
             pass
         raise
     return p
+
+
+def read_toml(path: str | os.PathLike, what: str) -> dict:
+    """A TOML file as a dict; a missing file or bad TOML is a one-line BadInput naming `what` it should be."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    p = Path(path)
+    if not p.is_file():
+        raise BadInput(f"{p}: no such {what} file")
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(f"{p}: not valid TOML ({e})") from e

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,15 @@ def data_file(*parts: str) -> Path:
     if not p.exists():
         raise FileNotFoundError(f"test fixture missing: {p}")
     return p
+
+
+def sql_rows(path: Path, sql: str) -> list[tuple]:
+    """Run one query on an SQLite file read-only (tests check importers against the raw tables)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
 
 
 def pytest_collection_modifyitems(config, items):

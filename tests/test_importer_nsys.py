@@ -8,25 +8,18 @@ from __future__ import annotations
 import shutil
 import sqlite3
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from mmprof.errors import BadInput
 from mmprof.importers import detect, import_paths
 from mmprof.importers._devices import describe_device
-from tests.conftest import data_file
+from tests.conftest import sql_rows as _sql, data_file
 
 CLOVER = data_file("samples", "nsys", "perlmutter-cloverleaf-cuda.sqlite")
 SAXPY = data_file("samples", "nsys", "saxpy-mpi-cuda_nsys_perlmutter0.sqlite")
 
 
-def _sql(path: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")

@@ -17,18 +17,12 @@ import pytest
 from mmprof.errors import BadInput, UnsupportedFormat
 from mmprof.importers import detect, import_paths
 from mmprof.importers._devices import describe_device
-from tests.conftest import data_file
+from tests.conftest import sql_rows as _sql, data_file
 
 DB14 = data_file("samples", "rocprofv3", "rocpd", "14_results.db")
 DB28 = data_file("samples", "rocprofv3", "rocpd", "28_results.db")
 
 
-def _sql(path: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")

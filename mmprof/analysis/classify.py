@@ -12,17 +12,12 @@ whole match. A name no rule matches is *unclassified*: family `other`, rule `Non
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from mmprof.errors import BadInput
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from mmprof.fileio import read_toml
 
 RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 # Priority order of the built-in files: model-specific kernels first, generic keyword rules last.
@@ -151,12 +146,7 @@ def _parse_rules(doc: dict[str, Any], where: str) -> list[Rule]:
 
 def read_rule_file(path: str | Path) -> list[Rule]:
     p = Path(path)
-    if not p.is_file():
-        raise BadInput(f"{p}: no such rules file")
-    try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise BadInput(f"{p}: not valid TOML ({e})") from e
+    doc = read_toml(p, "rules")
     return _parse_rules(doc, str(p) if p.parent != RULES_DIR else p.name)
 
 

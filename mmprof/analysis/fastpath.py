@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mmprof.errors import BadInput
+from mmprof.fileio import read_toml
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -253,12 +254,7 @@ def parse_spec(doc: dict[str, Any], source: str) -> Spec:
 def load_spec(path: str | Path | None = None) -> Spec:
     """Read a spec file; None gives the built-in spec for the reference runtime's fast configuration."""
     p = Path(path) if path is not None else BUILTIN_SPEC
-    if not p.is_file():
-        raise BadInput(f"{p}: no such spec file")
-    try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise BadInput(f"{p}: not valid TOML ({e})") from e
+    doc = read_toml(p, "spec")
     return parse_spec(doc, "builtin:" + p.name if path is None else str(p))
 
 
