@@ -134,3 +134,23 @@ def test_example_ci_workflow_gates_on_the_spec():
     doc = yaml.safe_load(wf)
     steps = doc["jobs"]["fastpath"]["steps"]
     assert any("verify-fastpath" in (s.get("run") or "") for s in steps)
+
+
+@pytest.mark.slow
+def test_run_option_runs_the_reference_runtime_first(tmp_path, capsys):
+    """`verify-fastpath --run [run options]`: the fast configuration passes; a separate shared expert fails
+    FP001, and -o keeps the run's Profile."""
+    small = ["--preset", "tiny", "--prompt-len", "64", "--decode-steps", "2"]
+    rc, out, err = run_cli(["verify-fastpath", "--run", *small, "--json"], capsys)
+    assert rc == 0, out + err
+    kept = tmp_path / "sep.json.gz"
+    rc, out, err = run_cli(["verify-fastpath", "--run", *small, "--shared-expert", "separate", "-o", str(kept),
+                            "--json"], capsys)
+    doc = json.loads(out)
+    assert rc == 1 and kept.exists()
+    assert {r["code"] for r in doc["results"] if r["status"] == "fail"} >= {"FP001"}
+
+
+def test_profile_and_run_together_is_bad_usage(profiles, capsys):
+    rc, out, err = run_cli(["verify-fastpath", str(profiles["fast"]), "--run"], capsys)
+    assert rc == 2 and "not both" in err and "Traceback" not in err

@@ -32,19 +32,43 @@ def switch_options(f):
     return f
 
 
+def workload_options(f):
+    """Model, device and workload options (shared with `mmprof verify-fastpath --run`)."""
+    opts = [
+        click.option("--preset", default="tiny", show_default=True,
+                     type=click.Choice(["tiny", "small", "m3-rank-slice", "m3"]),
+                     help="Model size: tiny (CPU, seconds), small (one GPU), m3-rank-slice (one TP=8 rank of M3), m3."),
+        click.option("--config", "config", type=click.Path(), default=None,
+                     help="A Hugging Face config.json (or checkpoint directory) instead of a preset."),
+        click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True),
+        click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default=None,
+                     help="Weights and activations [default: float32 on cpu, bfloat16 on cuda]."),
+        click.option("--batch", type=int, default=1, show_default=True, help="Sequences decoded together (concurrency)."),
+        click.option("--prompt-len", type=int, default=128, show_default=True, help="Prompt tokens per sequence."),
+        click.option("--decode-steps", type=int, default=8, show_default=True,
+                     help="Greedy decode steps after the prefill."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed for the weights and the random prompt."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return switch_options(f)
+
+
+def run_options(preset, config, device, dtype, batch, prompt_len, decode_steps, seed, base, moe_impl, shared_expert,
+                block_reuse, attention, **rest):
+    """RunOptions from the values of `workload_options` (+ capture/tp/... in `rest`)."""
+    from mmprof.capture.runtime_run import RunOptions
+
+    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
+    return RunOptions(preset=preset, config=config, device=device, dtype=dtype, batch=batch, prompt_len=prompt_len,
+                      decode_steps=decode_steps, seed=seed, base=base, moe_impl=moe_impl, shared_expert=shared_expert,
+                      block_reuse=block_reuse, attention=attention,
+                      command=["mmprof", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("mmprof") else None,
+                      **rest)
+
+
 @click.command("run")
-@click.option("--preset", default="tiny", show_default=True, type=click.Choice(["tiny", "small", "m3-rank-slice", "m3"]),
-              help="Model size: tiny (CPU, seconds), small (one GPU), m3-rank-slice (one TP=8 rank of M3), m3.")
-@click.option("--config", "config", type=click.Path(), default=None,
-              help="A Hugging Face config.json (or checkpoint directory) instead of a preset.")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default=None,
-              help="Weights and activations [default: float32 on cpu, bfloat16 on cuda].")
-@click.option("--batch", type=int, default=1, show_default=True, help="Sequences decoded together (concurrency).")
-@click.option("--prompt-len", type=int, default=128, show_default=True, help="Prompt tokens per sequence.")
-@click.option("--decode-steps", type=int, default=8, show_default=True, help="Greedy decode steps after the prefill.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the weights and the random prompt.")
-@switch_options
+@workload_options
 @click.option("--capture", type=click.Choice(["full", "light", "none"]), default="full", show_default=True,
               help="full: shapes for every op; light: kernels and scopes, shapes for the prefill step only; none: "
                    "timings and dispatch log only.")
@@ -64,14 +88,9 @@ def run(preset, config, device, dtype, batch, prompt_len, decode_steps, seed, ba
     The same workload runs first without the profiler (the plain timing) and then under torch.profiler, so the
     Profile holds both and the dilation (profiled / plain time) says how much the capture distorted it.
     """
-    from mmprof.capture.runtime_run import RunOptions
-
-    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
-    opts = RunOptions(preset=preset, config=config, device=device, dtype=dtype,
-                      batch=batch, prompt_len=prompt_len, decode_steps=decode_steps, seed=seed, base=base,
-                      moe_impl=moe_impl, shared_expert=shared_expert, block_reuse=block_reuse, attention=attention,
-                      capture=capture, measure_dilation=measure_dilation, tp=tp, ep=ep, repeats=repeats,
-                      command=["mmprof", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("mmprof") else None)
+    opts = run_options(preset, config, device, dtype, batch, prompt_len, decode_steps, seed, base, moe_impl,
+                       shared_expert, block_reuse, attention, capture=capture, measure_dilation=measure_dilation,
+                       tp=tp, ep=ep, repeats=repeats)
     profile = execute(opts, output, show_progress=not as_json)
     if profile is None:  # a non-zero torchrun rank: rank 0 writes and reports
         return

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from mmprof.cli._common import console, echo_json, json_option
+from mmprof.cli.run import workload_options
 
 _STYLE = {"pass": "[green]PASS[/]", "fail": "[red]FAIL[/]", "no_evidence": "[yellow]NO EVIDENCE[/]"}
 
@@ -23,26 +24,38 @@ _STYLE = {"pass": "[green]PASS[/]", "fail": "[red]FAIL[/]", "no_evidence": "[yel
 @click.option("--sparse-layers", type=click.IntRange(min=1), default=None,
               help="Number of sparse-attention layers (for FP002 on traces without scopes or model config).")
 @click.option("--verbose", "-v", is_flag=True, help="Show evidence for passing assertions too.")
+@click.option("--run", "do_run", is_flag=True,
+              help="Run the reference runtime first (with the run options below, full capture) and verify that run.")
+@workload_options
+@click.option("-o", "--output", default=None, help="With --run: also save the run's Profile here.")
 @json_option
 @click.pass_context
 def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | None, rules_paths: tuple[str, ...],
-                    junit_path: str | None, sparse_layers: int | None, verbose: bool, as_json: bool) -> None:
+                    junit_path: str | None, sparse_layers: int | None, verbose: bool, do_run: bool, output: str | None,
+                    as_json: bool, **run_opts) -> None:
     """Check which kernel variants dispatched in each op region against a spec (CI gate).
 
-    PROFILE is an mmprof profile or a raw trace (Kineto, rocprofv3, nsys), imported on the fly. To verify a
-    fresh run of the reference runtime, write it first: `mmprof run ... -o p.json && mmprof verify-fastpath p.json`.
+    PROFILE is an mmprof profile or a raw trace (Kineto, rocprofv3, nsys), imported on the fly. With --run
+    and no PROFILE, the reference runtime runs first (e.g. `mmprof verify-fastpath --run --preset tiny
+    --shared-expert separate` exits 1 with FP001).
     """
     from mmprof.analysis.classify import load_rules
     from mmprof.analysis.fastpath import load_spec, verify
     from mmprof.errors import BadInput
-    from mmprof.importers import import_paths
 
-    if profile is None:
-        raise BadInput("give a PROFILE (an mmprof profile or a trace); e.g. `mmprof run -o p.json` then "
-                       "`mmprof verify-fastpath p.json`")
+    if (profile is None) == (not do_run):
+        raise BadInput("give a PROFILE (an mmprof profile or a trace) or --run (run the reference runtime first), "
+                       "not both" if do_run else
+                       "give a PROFILE (an mmprof profile or a trace) or --run to run the reference runtime first")
     spec = load_spec(spec_path)
     rules = load_rules(rules_paths) if rules_paths else None
-    prof = import_paths([profile])
+    if do_run:
+        prof = _run_reference(run_opts, output, quiet=as_json)
+        profile = output or f"mmprof run ({run_opts['preset']})"
+    else:
+        from mmprof.importers import import_paths
+
+        prof = import_paths([profile])
     result = verify(prof, spec, rules=rules, sparse_layers=sparse_layers, profile_name=str(profile))
     if junit_path:
         from mmprof.render.junit import write_junit
@@ -53,6 +66,20 @@ def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | No
     else:
         render(result, verbose=verbose, junit_path=junit_path)
     ctx.exit(result.exit_code)
+
+
+def _run_reference(run_opts: dict, output: str | None, quiet: bool):
+    """`mmprof run` with full capture and one plain timing run; the Profile is kept only with -o."""
+    import tempfile
+    from pathlib import Path
+
+    from mmprof.cli.run import execute, run_options
+
+    opts = run_options(**run_opts, capture="full", repeats=1)
+    if output:
+        return execute(opts, output, show_progress=not quiet)
+    with tempfile.TemporaryDirectory(prefix="mmprof-verify-") as d:
+        return execute(opts, str(Path(d) / "run.json.gz"), show_progress=not quiet)
 
 
 def _ms(ns: int) -> str:
