@@ -129,16 +129,22 @@ class PathChange:
 
     @property
     def summary(self) -> str:
-        def fmt(vs: list[VariantTime]) -> str:
+        def fmt(vs: list[VariantTime], top_families: int = 3, top_names: int = 2) -> str:
+            # families by time, the heaviest first: the path change is what dominates, not every view op
             by_fam: dict[str, list[VariantTime]] = {}
             for v in vs:
                 by_fam.setdefault(v.family, []).append(v)
+            fams = sorted(by_fam.items(), key=lambda kv: -sum(v.time_ns for v in kv[1]))
             parts = []
-            for fam, items in by_fam.items():
-                names = ", ".join(_short(v.variant) + (f" x{v.count:.0f}" if v.count >= 1.5 else "") for v in items[:3])
-                more = f" +{len(items) - 3} more" if len(items) > 3 else ""
+            for fam, items in fams[:top_families]:
+                items = sorted(items, key=lambda v: -v.time_ns)
+                names = ", ".join(_short(v.variant) + (f" x{v.count:.0f}" if v.count >= 1.5 else "")
+                                  for v in items[:top_names])
+                more = f" +{len(items) - top_names} more" if len(items) > top_names else ""
                 libs = sorted({v.library for v in items if v.library})
                 parts.append(f"{fam} ({names}{more}{'; ' + ', '.join(libs) if libs else ''})")
+            if len(fams) > top_families:
+                parts.append(f"{len(fams) - top_families} more families")
             return " + ".join(parts)
 
         if self.vanished and self.appeared:
