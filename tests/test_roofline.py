@@ -133,3 +133,19 @@ def test_op_work_is_shared_among_its_kernels():
     total = 2 * 8 * 6144 * 1536
     assert r.flops.tolist() == pytest.approx([0.75 * total, 0.25 * total])
     assert r.achieved_flops[0] == pytest.approx(r.achieved_flops[1])   # same op, same achieved rate
+
+
+def test_events_above_the_peak_are_flagged_not_hidden():
+    """A measured peak that is too low (a busy CPU) gives >100% efficiency: say so in the warnings."""
+    import numpy as np
+
+    from mmprof.analysis.roofline import event_roofline
+    from mmprof.profiles.model import ProfileBuilder
+
+    b = ProfileBuilder({"ranks": [{"rank": 0, "devices": [{"index": -1, "name": "cpu", "vendor": "cpu",
+                                                            "peaks": {"fp32_tflops": 1e-6, "hbm_tbs": 1e-6}}]}]})
+    b.row("ops", rank=0, tid=1, start_ns=0, dur_ns=1000, name="aten::mm", input_dims="[[64, 64], [64, 64]]",
+          input_types='["float", "float"]')
+    r = event_roofline(b.build(), np.array([0]), np.array([1000]), np.array([0]))
+    assert r.efficiency[0] > 1.1
+    assert any("above the device peak" in w for w in r.warnings)

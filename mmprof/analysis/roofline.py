@@ -134,6 +134,11 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
             bound[mem] = BOUND_MEMORY
             eff[comp] = ach_f[comp] / e_pf[comp]
             eff[mem] = ach_b[mem] / e_pb[mem]
+        over = np.isfinite(eff) & (eff > 1.1)
+        if over.any():  # never silently: either the peak or the shape-based work estimate is off
+            warnings.append(f"{int(over.sum())} events run above the device peak (up to {np.nanmax(eff[over]):.0%}): "
+                            "the peak is too low (e.g. measured on a busy CPU) or a work estimate is too high; "
+                            "their efficiencies are not trustworthy")
     return Roofline(flops, byts, intensity, bound, ach_f, ach_b, eff, peaks, warnings)
 
 

@@ -365,7 +365,7 @@ def run_rank(opts: RunOptions, work_dir: str | os.PathLike, rank: int = 0, world
 
 
 def measure_cpu_peaks(dtype: str) -> dict[str, Any]:
-    """This CPU's matmul rate and copy bandwidth, measured now (best of 3), so a CPU run gets a roofline.
+    """This CPU's matmul rate and copy bandwidth, measured now (best of 5), so a CPU run gets a roofline.
 
     A CPU has no datasheet entry in mmprof.hardware: its peaks depend on cores, clocks and ISA. The
     numbers are what torch reaches on this machine at this moment (noisy on a shared host); the profile
@@ -373,7 +373,7 @@ def measure_cpu_peaks(dtype: str) -> dict[str, Any]:
     """
     import torch
 
-    def best(fn, reps: int = 3) -> float:
+    def best(fn, reps: int = 5) -> float:
         fn()
         times = []
         for _ in range(reps):
@@ -395,7 +395,7 @@ def measure_cpu_peaks(dtype: str) -> dict[str, Any]:
     y = torch.empty_like(x)
     peaks["hbm_tbs"] = 2 * x.numel() * 4 / best(lambda: y.copy_(x)) / 1e12  # bytes read + written
     peaks["source"] = (f"measured by mmprof run on this CPU ({os.cpu_count()} cores, torch "
-                       f"{torch.__version__}): best of 3 {n}^3 matmuls and 64 MiB copies")
+                       f"{torch.__version__}): best of 5 {n}^3 matmuls and 64 MiB copies")
     return peaks
 
 
