@@ -342,7 +342,7 @@ def build_profile(procs: list[ProcessCapture], result: RecordResult):
             p.status = "no-data" if not p.finished else "empty"
         else:
             try:
-                prof = import_paths([p.trace], rank=p.rank)
+                prof = import_paths([p.trace], rank=p.rank, check_ranks=False)
             except MmprofError as e:
                 result.warnings.append(f"{p.name}: trace could not be imported ({e})")
                 p.status = "no-data"

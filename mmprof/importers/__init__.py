@@ -135,8 +135,12 @@ def _looks_like_trace(f: Path) -> bool:
     return name.endswith((".json", ".json.gz", ".db", ".sqlite", ".sqlite3", ".rpd", ".csv", ".pt.trace.json"))
 
 
-def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: str | None = None) -> Profile:
-    """Import files and directories into one Profile (several files become one multi-rank profile)."""
+def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: str | None = None,
+                 check_ranks: bool = True) -> Profile:
+    """Import files and directories into one Profile (several files become one multi-rank profile).
+
+    check_ranks: warn when the run's world size names ranks the inputs do not hold (callers that import one
+    rank at a time and report missing ranks themselves, like `mmprof record`, pass False)."""
     files = expand(paths)
     groups: dict[str, list[Path]] = {}
     for f in files:
@@ -163,8 +167,36 @@ def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: s
             kinds.append(kind)
     if len(profiles) > 1:
         _check_rank_collisions(profiles, kinds)
-        return merge_profiles(profiles)
-    return profiles[0]
+    prof = merge_profiles(profiles) if len(profiles) > 1 else profiles[0]
+    if check_ranks:
+        _warn_missing_ranks(prof)
+    return prof
+
+
+def _ranges(xs: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    out, start = [], None
+    for i, x in enumerate(xs):
+        if start is None:
+            start = x
+        if i + 1 == len(xs) or xs[i + 1] != x + 1:
+            out.append(str(start) if start == x else f"{start}-{x}")
+            start = None
+    return ", ".join(out)
+
+
+def _warn_missing_ranks(prof: Profile) -> None:
+    """A multi-rank run imported without all its ranks says which are missing (never silently partial)."""
+    ws = (prof.meta.get("parallel") or {}).get("world_size")
+    if not isinstance(ws, int) or ws <= 1:
+        return
+    missing = sorted(set(range(ws)) - set(prof.ranks))
+    if missing:
+        msg = (f"{len(missing)} of {ws} ranks have no trace in these inputs (missing: {_ranges(missing)}); "
+               "cross-rank results cover the ranks present only")
+        warnings = prof.meta.setdefault("warnings", [])
+        if msg not in warnings:
+            warnings.append(msg)
 
 
 def _check_rank_collisions(profiles: list[Profile], kinds: list[str]) -> None:
