@@ -110,3 +110,13 @@ def test_import_json_output_and_directory_without_ranks(tmp_path, capsys):
         (d / n).write_bytes(data_file("samples", "kineto", "triton_example.json.gz").read_bytes())
     code, err = _run_main(["import", str(d), "-o", str(tmp_path / "q.json")], capsys)
     assert code == 2 and "cannot tell its rank" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["summary", "report", "diff", "classify", "verify-fastpath"])
+def test_an_empty_profile_is_no_evidence_exit_2(tmp_path, capsys, command):
+    from mmprof.profiles import Profile, save_profile
+
+    p = save_profile(Profile.empty({"source": {"format": "test"}}), tmp_path / "empty.json")
+    args = [command, str(p)] + ([str(p)] if command == "diff" else [])
+    code, err = _run_main(args, capsys)
+    assert code == 2 and "Traceback" not in err

@@ -27,7 +27,13 @@ def summary(path: str, top: int, rank: int | None, ops_by: str, as_json: bool) -
     from mmprof.analysis.summary import summarize
     from mmprof.importers import import_paths
 
+    from mmprof.errors import NoEvidence
+    from mmprof.profiles.schema import TABLES
+
     profile = import_paths([path])
+    if not any(profile.n(t) for t in TABLES):
+        raise NoEvidence(f"{path}: the profile holds no events at all (no kernels, ops, launches, copies or "
+                         "annotations): nothing to summarise")
     result = summarize(profile, top=top, rank=rank, ops_by=ops_by)
     if as_json:
         echo_json(result.to_dict())
