@@ -65,6 +65,9 @@ def atomic_write(path: str | os.PathLike, data: bytes, compress: bool | None = N
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the mode open() would
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -47,9 +47,14 @@ def test_round_trip(tmp_path, suffix):
     assert q.meta["mmprof_version"]
 
 
-def test_atomic_write_leaves_no_temp(tmp_path):
-    save_profile(_small(), tmp_path / "p.json")
+def test_atomic_write_leaves_no_temp_and_a_normal_mode(tmp_path):
+    import os
+
+    path = save_profile(_small(), tmp_path / "p.json")
     assert [f.name for f in tmp_path.iterdir()] == ["p.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
 
 
 def test_newer_schema_refused(tmp_path):
