@@ -116,6 +116,8 @@ def diff_html(d, top: int = 15) -> str:
     title = f"mmprof diff: {d.before} -> {d.after}"
     body = [f"<h1>{e(title)} <small>({e(d.phase)}{', rank ' + e(d.rank) if d.rank is not None else ''})</small></h1>",
             f'<p class="verdict">{e(d.verdict)}</p>']
+    if d.plain:  # the timing without the profiler, right under the profiled verdict
+        body.append(f'<p class="note">{e(d.plain["text"])}</p>')
     body.append("<h2>Step time</h2>" + _table(["phase", "before", "after", "change", "steps before", "steps after"], [
         [e(s.phase), e(fmt_ns(s.before_ns)), e(fmt_ns(s.after_ns)), e(fmt_pct(s.change, True)), e(s.before_steps),
          e(s.after_steps)] for s in d.steps]))
@@ -144,7 +146,7 @@ def diff_html(d, top: int = 15) -> str:
             [f"<code>{e(r.key)}</code>", e(fmt_ns(r.before_ns)), e(fmt_ns(r.after_ns)), e(fmt_ns(r.delta_ns)),
              e(fmt_pct(r.change, True))] + ([f"<code>{e(r.before_detail or '-')} -&gt; {e(r.after_detail or '-')}</code>"]
                                             if detail else []) for r in rows[:top]]))
-    body += [f'<p class="note">note: {e(n)}</p>' for n in d.notes]
+    body += [f'<p class="note">note: {e(n)}</p>' for n in d.notes if not (d.plain and n == d.plain["text"])]
     body += [f'<p class="warn">warning: {e(w)}</p>' for w in d.warnings]
     return _page(title, body)
 

@@ -33,6 +33,8 @@ def diff_markdown(d, top: int = 10) -> str:
     lines = [f"### mmprof diff: {md_escape(d.before)} → {md_escape(d.after)} ({md_escape(d.phase)}"
              + (f", rank {d.rank}" if d.rank is not None else "") + ")", "",
              f"**Verdict:** {md_escape(d.verdict)}", ""]
+    if d.plain:  # the timing without the profiler, right under the profiled verdict
+        lines += [md_escape(d.plain["text"]), ""]
     lines += _table(["phase", "before", "after", "change"],
                     [[md_escape(s.phase), fmt_ns(s.before_ns), fmt_ns(s.after_ns), fmt_pct(s.change, True)] for s in d.steps])
     lines += ["", f"**Where the wall time went ({md_escape(d.phase)})**", ""]
@@ -63,7 +65,8 @@ def diff_markdown(d, top: int = 10) -> str:
             body.append(row)
         lines += _table(header, body) + ["", "</details>"]
     for n in d.notes:
-        lines += ["", f"_note: {md_escape(n)}_"]
+        if not (d.plain and n == d.plain["text"]):
+            lines += ["", f"_note: {md_escape(n)}_"]
     for w in d.warnings:
         lines += ["", f"> ⚠ {md_escape(w)}"]
     return "\n".join(lines) + "\n"
