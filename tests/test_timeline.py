@@ -121,25 +121,6 @@ def test_empty_profile_is_no_evidence():
         timeline(ProfileBuilder({}).build())
 
 
-def test_fallback_classifier_only_names_communication(monkeypatch):
-    import builtins
-
-    real_import = builtins.__import__
-
-    def fake(name, *a, **k):
-        if name == "mmprof.analysis" and a and a[2] and "classify" in a[2]:
-            raise ImportError("no classify")
-        return real_import(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", fake)
-    s = Synth()
-    s.kernel("ncclDevKernel_AllGather_RING_LL", 0, 10_000)
-    s.kernel("nvjet_tst_128x64", 10_000, 10_000, op=SKINNY)
-    ev = device_events(s.build())
-    assert list(ev.family) == ["communication", "unclassified"]
-    assert any("only communication kernels are recognised" in w for w in ev.warnings)
-
-
 def test_real_nccl_trace_adds_up():
     p = import_paths([data_file("samples", "kineto", "nccl_data.json.gz")])
     tl = timeline(p)

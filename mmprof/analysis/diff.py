@@ -39,8 +39,8 @@ MINOR_SHARE = 0.001  # variants below this share of a side's event time and coun
 def region_of(scope: str | None) -> tuple[int, str]:
     """(layer index or -1, region role) of a scope label: `layers.12.moe.routed` -> (12, 'moe.routed').
 
-    Used where `mmprof.analysis.regions` (which also reads scope paths, launching ops and module paths such as
-    `model.layers.3.mlp.experts`) is not available.
+    The fallback for events that `mmprof.analysis.regions.attribute` (which also reads scope paths, launching
+    ops and module paths such as `model.layers.3.mlp.experts`) leaves without a region.
     """
     if not scope or _NOT_REGION.match(scope):
         return -1, UNSCOPED
@@ -51,21 +51,19 @@ def region_of(scope: str | None) -> tuple[int, str]:
 
 
 def event_regions(profile, ev: Events) -> tuple[np.ndarray, pd.Categorical]:
-    """(layer, role) per event: `mmprof.analysis.regions.attribute` where present, else the innermost scope.
+    """(layer, role) per event: `mmprof.analysis.regions.attribute` where it names a region, else the innermost scope.
 
     Events whose annotations name no region keep their innermost scope label as the role (or `(unscoped)`).
     """
+    from mmprof.analysis.regions import attribute
+
     n = len(ev)
-    try:
-        from mmprof.analysis.regions import attribute  # type: ignore
-    except ImportError:
-        attribute = None
     sinv, su = pd.factorize(ev.scope)
     fb = [region_of(profile.string(int(s))) for s in su]
     layer = np.array([r[0] for r in fb], dtype=np.int64)[sinv] if n else np.zeros(0, np.int64)
     role_u = np.array([r[1] for r in fb], dtype=object)
     role = role_u[sinv] if n else np.array([], dtype=object)
-    if attribute is not None and ev.rows:
+    if ev.rows:
         parts = [attribute(profile, t).iloc[rows] if len(rows) else None for t, rows in ev.rows.items()]
         parts = [p for p in parts if p is not None]
         if parts:

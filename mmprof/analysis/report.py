@@ -142,12 +142,10 @@ def _top_kernels(profile, ev: Events, m: np.ndarray, n: int = TOP_KERNELS) -> li
 def _checks(profile) -> dict[str, Any]:
     """The built-in fast-path checks (`mmprof.analysis.fastpath.verify` with the default spec), summarised.
 
-    'checks: not available' when that module is missing; a check with nothing to judge stays "no evidence".
+    A check with nothing to judge stays "no evidence".
     """
-    try:
-        from mmprof.analysis.fastpath import verify  # type: ignore
-    except ImportError:
-        return {"available": False, "summary": "checks: not available"}
+    from mmprof.analysis.fastpath import verify
+
     try:
         res = verify(profile)
     except MmprofError as e:

@@ -25,7 +25,6 @@ CPU-run profiles (no kernels): the device events are the CPU ops of each rank's 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +32,6 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.flops import op_family
-from mmprof.errors import MmprofError
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
 
 CATEGORIES = ("compute_bound", "memory_bound", "unattributed", "communication", "memcpy", "idle_host", "idle_other")
@@ -44,9 +42,6 @@ CAT_COMPUTE, CAT_MEMORY, CAT_UNATTR, CAT_COMM, CAT_MEMCPY = range(5)
 _BUSY = 5
 NO_PHASE = "all"
 
-_COMM_NAME = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|all_to_all|"
-                        r"cross_device_reduce|quick_?reduce|custom_?ar|broadcast", re.I)
-
 
 def codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(unique values, inverse) of an integer array, hash-based (order of first appearance)."""
@@ -55,40 +50,23 @@ def codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def kernel_classes(profile, table: str = "kernels") -> tuple[np.ndarray, pd.DataFrame, bool, str | None]:
-    """(inverse: row -> unique name, classification per unique name, is it the real classifier, warning).
+    """(inverse: row -> unique name, classification per unique name, True, None).
 
-    Uses `mmprof.analysis.classify` (each distinct name classified once). Where that module is missing or its
-    rules cannot be read, a stand-in recognises only communication kernels by name (nccl/rccl/all-reduce...)
-    and leaves every other kernel `unclassified`, with a warning. An empty variant becomes the kernel name.
+    Each distinct name is classified once by `mmprof.analysis.classify`; an empty variant becomes the kernel
+    name. (The last two values are kept for callers that once handled a missing classifier.)
     """
+    from mmprof.analysis import classify as _classify
+
     uniq, inv = codes(profile.tables[table]["name"])
     uniq_names = np.array([profile.string(int(u)) or "?" for u in uniq], dtype=object)
-    warning = None
-    df = None
-    try:
-        from mmprof.analysis import classify as _classify  # type: ignore
-    except ImportError:
-        _classify = None
-        warning = "kernel classification (mmprof.analysis.classify) is not available"
-    if _classify is not None:
-        try:
-            df = _classify.classify_names(list(uniq_names)).reset_index(drop=True)
-        except MmprofError as e:
-            warning = f"kernel classification failed ({e})"
-    if df is not None and len(df) == len(uniq):
-        df = df.astype(object)
-        var = df["variant"].to_numpy()
-        missing = pd.isna(var)
-        if missing.any():
-            var = var.copy()
-            var[missing] = uniq_names[missing]
-            df["variant"] = var
-        return inv, df, True, None
-    fam = ["communication" if _COMM_NAME.search(s) else "unclassified" for s in uniq_names]
-    df = pd.DataFrame({"family": fam, "variant": uniq_names, "library": [None] * len(uniq),
-                       "path": ["neutral"] * len(uniq), "rule": [None] * len(uniq)}, dtype=object)
-    return inv, df, False, (warning or "kernel classification unavailable") + (
-        ": only communication kernels are recognised, by name; other kernels are 'unclassified'")
+    df = _classify.classify_names(list(uniq_names)).reset_index(drop=True).astype(object)
+    var = df["variant"].to_numpy()
+    missing = pd.isna(var)
+    if missing.any():
+        var = var.copy()
+        var[missing] = uniq_names[missing]
+        df["variant"] = var
+    return inv, df, True, None
 
 
 @dataclass
