@@ -3,7 +3,6 @@ profiles (tests/fastpath_fixtures.py), real runs of the reference runtime on CPU
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

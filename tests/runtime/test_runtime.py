@@ -17,7 +17,6 @@ torch = pytest.importorskip("torch")
 from mmprof.runtime import Switches, Workload, build_model, generate, load_weights  # noqa: E402
 from mmprof.runtime.dispatch import COLUMNS  # noqa: E402
 from mmprof.runtime.indexer import _set_overlap, select_blocks  # noqa: E402
-from mmprof.runtime.kvcache import make_cache  # noqa: E402
 from mmprof.runtime.model import RunState  # noqa: E402
 
 WL = Workload(batch=2, prompt_len=256, decode_steps=4, seed=7)
