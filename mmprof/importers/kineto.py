@@ -436,13 +436,7 @@ class _Importer:
     def _kernels(self, ks: list) -> None:
         ks, start, dur = self._timed(ks, "kernel")
         n = len(ks)
-        args = [e.args or _EMPTY for e in ks]
-        dev = _ints([a.device if a.device is not None else e.pid for a, e in zip(args, ks)])
-        stream = _ints([a.stream if a.stream is not None else e.tid for a, e in zip(args, ks)])
-        corr = _ints([a.correlation for a in args])
-        ext = _ints([a.external_id if a.external_id is not None else a.external_id_old for a in args])
-        gpu_lane = self._lane([("gpu", d) for d in dev.tolist()], stream.tolist())
-        launch, op, scope, path, phase, step = self._attach(ext, corr, gpu_lane, start)
+        args, dev, stream, corr, (launch, op, scope, path, phase, step) = self._gpu_links(ks, start)
         grid = self._dims([a.grid for a in args])
         block = self._dims([a.block for a in args])
         # ROCm roctracer builds put grid/block on the launch (runtime) event only
@@ -471,6 +465,17 @@ class _Importer:
         c["phase"] = phase
         c["step"] = step
 
+    def _gpu_links(self, evs: list, start: np.ndarray):
+        """Args, device, stream and correlation of GPU events (kernels, copies), and their links from `_attach`:
+        (launch, op, scope, scope_path, phase, step)."""
+        args = [e.args or _EMPTY for e in evs]
+        dev = _ints([a.device if a.device is not None else e.pid for a, e in zip(args, evs)])
+        stream = _ints([a.stream if a.stream is not None else e.tid for a, e in zip(args, evs)])
+        corr = _ints([a.correlation for a in args])
+        ext = _ints([a.external_id if a.external_id is not None else a.external_id_old for a in args])
+        gpu_lane = self._lane([("gpu", d) for d in dev.tolist()], stream.tolist())
+        return args, dev, stream, corr, self._attach(ext, corr, gpu_lane, start)
+
     @staticmethod
     def _dims(vals: list) -> np.ndarray:
         none = (-1, -1, -1)
@@ -484,13 +489,7 @@ class _Importer:
     def _copies(self, copies: list) -> None:
         kind_of = {id(e): k for e, k in copies}
         evs, start, dur = self._timed([e for e, _ in copies], "memcpy")
-        args = [e.args or _EMPTY for e in evs]
-        dev = _ints([a.device if a.device is not None else e.pid for a, e in zip(args, evs)])
-        stream = _ints([a.stream if a.stream is not None else e.tid for a, e in zip(args, evs)])
-        corr = _ints([a.correlation for a in args])
-        ext = _ints([a.external_id if a.external_id is not None else a.external_id_old for a in args])
-        gpu_lane = self._lane([("gpu", d) for d in dev.tolist()], stream.tolist())
-        launch, op, scope, _path, phase, step = self._attach(ext, corr, gpu_lane, start)
+        args, dev, stream, corr, (launch, op, scope, _path, phase, step) = self._gpu_links(evs, start)
         nbytes = _ints([a.bytes for a in args])
         miss = (nbytes < 0) & (launch >= 0)
         if miss.any():  # roctracer: the size sits on the hipMemcpy* call as a string
