@@ -188,28 +188,31 @@ def test_dilation_math():
     assert dilation({"prefill_ms": 0.0, "decode_ms": 1.0}, {"prefill_ms": 1.0, "decode_ms": 1.0})["prefill"] is None
 
 
-def test_after_prefill_runs_callback_once_outside_every_region():
-    """The light-mode switch point: after `mmprof.prefill` closed, nothing else open; the patch is undone."""
-    import importlib
-
+def test_generate_calls_back_after_each_step_outside_its_regions():
+    """The light-mode switch point: generate() calls on_step_end(step) once per step, after the step's
+    `mmprof.prefill`/`mmprof.decode` and `mmprof.step.N` ranges have closed (no mmprof range encloses it)."""
     import torch
+    from torch.profiler import profile, record_function
 
-    from mmprof.capture.runtime_run import after_prefill
     from mmprof.runtime import Workload, build_model, generate, get_preset
 
-    gen_mod = importlib.import_module("mmprof.runtime.generate")
-    orig = gen_mod.scope
     model = build_model(get_preset("tiny"))
     seen = []
 
-    def cb():
-        seen.append(model.dispatch.phase)
-        assert torch.autograd._profiler_enabled() is False
+    def cb(step):
+        seen.append((step, model.dispatch.phase))
+        with record_function(f"cb.{step}"):
+            torch.zeros(1)
 
-    with after_prefill(cb):
-        generate(model, Workload(prompt_len=16, decode_steps=2))
-    assert seen == ["prefill"]  # once, after prefill and before the first decode step set the phase
-    assert gen_mod.scope is orig
+    with profile() as prof:
+        generate(model, Workload(prompt_len=16, decode_steps=2), on_step_end=cb)
+    assert seen == [(0, "prefill"), (1, "decode"), (2, "decode")]
+    evs = prof.events()
+    spans = [(e.name, e.time_range.start, e.time_range.end) for e in evs if e.name.startswith("mmprof.")]
+    cbs = [(e.time_range.start, e.time_range.end) for e in evs if e.name.startswith("cb.")]
+    assert len(cbs) == 3 and spans
+    for a, b in cbs:
+        assert not [n for n, s0, s1 in spans if s0 <= a and b <= s1], "callback ran inside an mmprof range"
 
 
 def test_progress_reaches_the_end():

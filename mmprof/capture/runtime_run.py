@@ -20,9 +20,7 @@ Nothing here prints; progress goes to an optional callback `progress(stage, done
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import importlib
 import json
 import os
 import shutil
@@ -223,44 +221,6 @@ def _timing(prefill_ms: list[float], decode_ms: list[float], per_step: list[floa
     }
 
 
-class _AfterExit:
-    """Wrap a context manager so `callback` runs right after it exits (outside the region)."""
-
-    def __init__(self, cm, callback: Callable[[], None]):
-        self.cm, self.callback = cm, callback
-
-    def __enter__(self):
-        return self.cm.__enter__()
-
-    def __exit__(self, *exc):
-        out = self.cm.__exit__(*exc)
-        if exc[0] is None:
-            self.callback()
-        return out
-
-
-@contextlib.contextmanager
-def after_prefill(callback: Callable[[], None]):
-    """Call `callback` when generate()'s outermost `mmprof.prefill` region has closed.
-
-    That is the one point of a generate() call where no record_function range is open: torch.profiler can
-    be stopped and restarted there safely. (Restarting it while a range is open makes the range's exit run
-    against the new profiler's state, which crashes the process with heap corruption: see docs/run.md.)
-    """
-    gen_mod = importlib.import_module("mmprof.runtime.generate")
-    orig = gen_mod.scope
-
-    def patched(name: str):
-        cm = orig(name)
-        return _AfterExit(cm, callback) if name == "mmprof.prefill" else cm
-
-    gen_mod.scope = patched
-    try:
-        yield
-    finally:
-        gen_mod.scope = orig
-
-
 def _captured_run(model, workload, opts: RunOptions, mode: str, work_dir: Path, rank: int, world: int):
     """One generate() under a CaptureSession; returns (GenerateResult, trace path, switch ms, notes)."""
     from mmprof.capture.session import CaptureSession
@@ -271,26 +231,26 @@ def _captured_run(model, workload, opts: RunOptions, mode: str, work_dir: Path, 
     switch_ms = [0.0]
     switched = []
 
-    def to_light():  # light mode: shapes for the prefill step only; drop them from here on
+    def to_light(step: int) -> None:  # light mode: shapes for the prefill step only; drop them from here on
+        if step != 0:
+            return
         t = time.perf_counter()
         session.step("mmprof.prefill")
         switch_ms[0] = (time.perf_counter() - t) * 1e3
         switched.append(True)
 
     model.dispatch.clear()
-    ctx = after_prefill(to_light) if mode == "light" else contextlib.nullcontext()
     session.start()
     try:
-        with ctx:
-            res = generate(model, workload)
+        # generate() calls back after each step's ranges have closed: the safe point to restart the profiler
+        res = generate(model, workload, on_step_end=to_light if mode == "light" else None)
     finally:
         trace = session.export()
     if trace is None:
         raise CaptureUnavailable(f"rank {rank}: the {mode} capture produced no trace ({'; '.join(session.notes)})")
     notes = list(session.notes)
     if mode == "light" and not switched:
-        notes.append("the end of the prefill region was never seen, so shapes were recorded for the whole run "
-                     "(the runtime's generate() no longer opens `mmprof.prefill` through its `scope` helper)")
+        notes.append("the prefill step never ended, so shapes were recorded for the whole run")
     return res, trace, switch_ms[0], notes
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -88,8 +89,13 @@ class _Timer:
 
 
 @torch.no_grad()
-def generate(model, workload: Workload, keep_logits: bool = False, caches=None) -> GenerateResult:
-    """Run prefill then `decode_steps` greedy decode steps on `model` (a runtime Transformer)."""
+def generate(model, workload: Workload, keep_logits: bool = False, caches=None,
+             on_step_end: Callable[[int], None] | None = None) -> GenerateResult:
+    """Run prefill then `decode_steps` greedy decode steps on `model` (a runtime Transformer).
+
+    `on_step_end(step)` runs after each step's ranges have closed (step 0 is the prefill), where no
+    record_function range is open: a profiler may be stopped or restarted there. Its time counts in that step.
+    """
     device = model.embed.weight.device
     prompt = workload.tokens(model.args.vocab_size, device)
     b, p = prompt.shape
@@ -108,6 +114,8 @@ def generate(model, workload: Workload, keep_logits: bool = False, caches=None) 
         for start in range(0, p, chunk):
             logits = model(prompt[:, start:start + chunk], start, caches, last_only=True)
         out[:, 0] = logits[:, -1].argmax(-1)
+    if on_step_end is not None:
+        on_step_end(0)
     timer.mark()
     if keep_logits:
         logits_kept.append(logits[:, -1].float().cpu())
@@ -117,6 +125,8 @@ def generate(model, workload: Workload, keep_logits: bool = False, caches=None) 
         with scope("mmprof.decode"), scope(f"mmprof.step.{s}"):
             logits = model(out[:, s - 1:s], p + s - 1, caches)
             out[:, s] = logits[:, -1].argmax(-1)
+        if on_step_end is not None:
+            on_step_end(s)
         timer.mark()
         if keep_logits:
             logits_kept.append(logits[:, -1].float().cpu())
