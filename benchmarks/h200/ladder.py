@@ -25,28 +25,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
-def _shim_orjson() -> None:
-    """`import mmprof` loads the Profile IO, which imports orjson at module level. The ladder never writes a
-    Profile, so on a GPU box without orjson (no internet to install it) a json-backed stand-in suffices."""
-    try:
-        import orjson  # noqa: F401
-    except ImportError:
-        import types
-
-        shim = types.ModuleType("orjson")
-        shim.dumps = lambda obj, *a, **k: json.dumps(obj).encode()
-        shim.loads = json.loads
-        shim.JSONDecodeError = json.JSONDecodeError
-        def _opt(name: str) -> int:  # OPT_* flags; anything else is absent, as for a real module
-            if name.startswith("OPT_"):
-                return 0
-            raise AttributeError(name)
-
-        shim.__getattr__ = _opt
-        sys.modules["orjson"] = shim
-
-
-_shim_orjson()
 
 RUNGS = [  # (name, switches): cumulative
     ("baseline", dict(moe_impl="loop", shared_expert="separate", block_reuse=1)),
