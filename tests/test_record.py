@@ -123,7 +123,10 @@ def test_rank_killed_with_flush_keeps_its_earlier_steps(tmp_path):
     p = load_profile(out)
     ranks = {r["rank"]: r for r in p.meta["ranks"]}
     assert ranks[1]["status"] == "partial" and ranks[1]["partial"] is True
-    assert ranks[0]["status"] == "complete"
+    # the survivor may finish, or be torn down by torchrun once rank 1 died: with --flush-every 1 its
+    # flushed steps are kept either way
+    assert ranks[0]["status"] in ("complete", "partial")
+    assert len(ops_df(p).query("rank == 0 and name == 'aten::mm'")) >= 2
     ops = ops_df(p)
     r1 = ops[(ops["rank"] == 1) & (ops.name == "aten::mm")]
     assert sorted(set(r1.step)) == [0, 1]  # the steps flushed before SIGKILL, nothing after
@@ -146,7 +149,7 @@ def test_rank_os_exit_mid_run_keeps_its_data(tmp_path):
     ranks = {r["rank"]: r for r in p.meta["ranks"]}
     assert ranks[1]["status"] == "complete" and ranks[1]["partial"] is False
     assert any("os._exit(7)" in n for n in ranks[1]["notes"])
-    assert ranks[0]["status"] == "complete"
+    assert 0 in ranks  # the survivor is reported; whether torchrun tore it down before it wrote is a race
     ops = ops_df(p)
     r1 = ops[(ops["rank"] == 1) & (ops.name == "aten::mm")]
     assert sorted(r1.step) == [0, 1]  # the two steps it ran before os._exit(7)
@@ -162,7 +165,7 @@ def test_rank_killed_without_flush_is_reported_missing(tmp_path):
     p = load_profile(out)
     ranks = {r["rank"]: r for r in p.meta["ranks"]}
     assert ranks[1]["status"] == "no-data" and ranks[1]["partial"] is True
-    assert ranks[0]["status"] == "complete"
+    assert ranks[0]["status"] in ("complete", "partial")  # finished, or torn down by torchrun and flushed on SIGTERM
     assert p.ranks == [0, 1] and sorted(set(p.df("ops")["rank"])) == [0]  # rank 0's data is kept
     assert any("rank(s) 1 wrote no trace" in w for w in p.meta["warnings"])
     assert "no-data" in proc.stderr

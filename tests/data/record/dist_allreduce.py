@@ -33,7 +33,8 @@ for i in range(args.steps):
         os.kill(os.getpid(), signal.SIGKILL)
     with torch.profiler.record_function(f"mmprof.step.{i}"):
         x = torch.randn(4, 32) @ w
-        dist.all_reduce(x)
+        if args.crash_rank < 0 or i < args.crash_after:  # no collective with a peer that is about to die
+            dist.all_reduce(x)
     if args.crash_rank < 0 or args.crash == "raise":
         dist.barrier()
 print(f"rank {rank}: ok {float(x.sum()) == float(x.sum())}", flush=True)
