@@ -43,16 +43,13 @@ def main() -> None:
     table = [timed(base) for _ in range(a.repeat)]
     as_json = [timed(base + ["--json"]) for _ in range(a.repeat)]
 
-    from mmprof.analysis.shape_findings import analytic_findings
-    from mmprof.analysis.shapes import analytic, resolve_model
+    from mmprof.capture.shapes import analytic_shapes
 
-    args = resolve_model("m3")
-    analytic(args, a.tp)  # warm
+    analytic_shapes("m3", a.tp)  # warm
     inproc = []
     for _ in range(a.repeat):
         t = time.perf_counter()
-        res = analytic(args, a.tp)
-        analytic_findings(res)
+        analytic_shapes("m3", a.tp)
         inproc.append(time.perf_counter() - t)
     print(json.dumps({
         "bench": "shapes_speed", "model": "m3", "tp": a.tp, "repeat": a.repeat, "goal_s": 2.0,

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mmprof.analysis.classify import (BUILTIN_FILES, FAMILIES, PATHS, RULES_DIR, builtin_rules, classify_name,
-                                      classify_profile, coverage, load_rules)
+from mmprof.analysis.classify import (BUILTIN_FILES, FAMILIES, PATHS, RULES_DIR, builtin_rules, classify_name, classify_profile, load_rules)
+from mmprof.analysis.coverage import coverage
+from mmprof.analysis.events import events_of
 from mmprof.errors import BadInput
 from tests.conftest import DATA
 
@@ -154,7 +155,7 @@ def test_unclassified_share_of_kernel_time_below_5_percent(rel):
 
     p = import_paths([SAMPLES / rel])
     assert p.n("kernels") > 0
-    cov = coverage(list(p.col("kernels", "name", decode=True)), list(p.col("kernels", "dur_ns")))
+    cov = coverage(events_of(p))
     print(f"{rel}: {cov.events} kernels, unclassified {100 * cov.unclassified_share:.2f}% of time")
     assert cov.total_ns > 0
     assert cov.unclassified_share < 0.05, cov.unclassified[:5]
@@ -249,7 +250,7 @@ def test_classify_cli_lists_the_registry(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert e.value.code == 0
     assert len(doc["rules"]) == len(load_rules()) and doc["rules"][0]["id"] == load_rules().rules[0].id
-    assert [c["code"] for c in doc["checks"]] == [f"FP00{i}" for i in range(7)]
+    assert [c["code"] for c in doc["checks"]] == [f"FP00{i}" for i in range(7)] + [f"SH00{i}" for i in range(1, 8)]
 
 
 def test_classify_cli_errors(capsys, tmp_path):

@@ -7,7 +7,7 @@ import json
 import orjson
 import pytest
 
-from mmprof.analysis.diff import diff_profiles, region_of
+from mmprof.analysis.diff import diff_profiles
 from mmprof.errors import NoEvidence
 from mmprof.importers import import_paths
 from mmprof.profiles import save_profile
@@ -102,13 +102,6 @@ def test_ranks_filter_and_missing_phase():
         diff_profiles(before, after, phase="verify")
     with pytest.raises(NoEvidence, match="rank 5"):
         diff_profiles(before, after, rank=5)
-
-
-def test_region_parsing():
-    assert region_of("layers.12.moe.routed") == (12, "moe.routed")
-    assert region_of("model.layers.3.self_attn") == (3, "self_attn")
-    assert region_of("lm_head") == (-1, "lm_head")
-    assert region_of("mmprof.step.4") == (-1, "(unscoped)") and region_of(None) == (-1, "(unscoped)")
 
 
 def test_identical_real_trace_has_no_changes():

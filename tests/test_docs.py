@@ -48,3 +48,23 @@ def test_cli_reference_is_generated_and_current():
 
     assert (ROOT / "docs" / "cli.md").read_text() == render(), \
         "docs/cli.md is stale: python -m mmprof.cli._gen_docs > docs/cli.md"
+
+
+def test_check_codes_in_rules_md_are_generated_and_current():
+    from mmprof.analysis.checks.registry import load_info
+    from mmprof.render.markdown import checks_markdown
+
+    doc = (ROOT / "docs" / "rules.md").read_text()
+    assert doc.endswith(checks_markdown(list(load_info().values()))), \
+        "docs/rules.md is stale: regenerate its check codes with `mmprof rules --markdown`"
+
+
+def test_every_check_code_has_an_implementation():
+    """Codes are registered by the functions that implement them (no code only in a docstring)."""
+    import mmprof.analysis.checks.shapes_analytic  # noqa: F401
+    import mmprof.analysis.checks.shapes_observed  # noqa: F401
+    import mmprof.analysis.checks.verify  # noqa: F401
+    from mmprof.analysis.checks.registry import implementations, load_info
+
+    missing = [code for code in load_info() if not implementations(code)]
+    assert not missing, f"codes without a registered implementation: {missing}"

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from mmprof.analysis.fastpath import BUILTIN_CHECKS, load_checks, load_spec, parse_spec, verify
+from mmprof.analysis.checks.registry import load_info
+from mmprof.analysis.checks.spec import BUILTIN_CHECKS, load_spec, parse_spec
+from mmprof.analysis.checks.verify import verify
 from mmprof.errors import BadInput
 from mmprof.profiles.model import ProfileBuilder
 from tests.conftest import DATA, ROOT
@@ -246,12 +248,13 @@ def test_example_specs_parse_and_are_marked_examples(name):
 
 
 def test_rule_registry_is_documented():
-    checks = load_checks()
-    assert list(checks) == [f"FP00{i}" for i in range(7)]
+    checks = load_info()
+    assert [c for c in checks if c.startswith("FP")] == [f"FP00{i}" for i in range(7)]
+    assert [c for c in checks if c.startswith("SH")] == [f"SH00{i}" for i in range(1, 8)]
     doc = (ROOT / "docs" / "rules.md").read_text()
     for code, c in checks.items():
         for key in ("name", "status", "severity", "summary", "what", "why", "example", "known_problems"):
-            assert c.get(key), f"{code} lacks {key}"
+            assert getattr(c, key), f"{code} lacks {key}"
         section = doc.split(f"## {code}", 1)[1].split("\n## ", 1)[0]
         for head in ("What it does", "Why", "Example", "Known problems"):
             assert head in section, f"docs/rules.md {code} lacks {head}"
@@ -305,11 +308,12 @@ def _runtime_run(**switches):
     (dict(block_reuse=1), {"FP002"}),
 ])
 def test_reference_runtime_cpu_runs(switches, codes):
-    from mmprof.analysis.classify import coverage
+    from mmprof.analysis.classify import classify_names
 
     p = _runtime_run(**switches)
-    cov = coverage(list(p.col("ops", "name", decode=True)), list(p.col("ops", "dur_ns")))
-    assert cov.events > 1000 and cov.unclassified_share < 0.05, cov.unclassified[:5]
+    cls = classify_names(list(p.col("ops", "name", decode=True)))  # every CPU op name the run recorded
+    dur = p.col("ops", "dur_ns").astype(float)
+    assert len(cls) > 1000 and dur[cls["rule"].isna().to_numpy()].sum() / dur.sum() < 0.05
     r = verify(p)
     assert r.source == "cpu_ops" and r.events > 1000
     assert failing_codes(r) == codes, [(x.id, x.message) for x in r.results if x.status != "pass"]
@@ -335,7 +339,7 @@ def test_reference_runtime_cpu_runs(switches, codes):
     ("ProfilerStep#3", None),
 ])
 def test_scope_labels_and_module_paths(path, region):
-    from mmprof.analysis.regions import parse_scope_path
+    from mmprof.labels import parse_path as parse_scope_path
 
     r = parse_scope_path(path)
     assert (r.name if r else None) == region
@@ -361,14 +365,14 @@ def test_cpu_ops_without_parent_links_nest_by_time():
     """An importer that could not record op parents: nesting is inferred, so _grouped_mm's inner mm is hidden."""
     import numpy as np
 
-    from mmprof.analysis.regions import device_events, infer_parents
+    from mmprof.analysis.events import events_of, infer_parents
 
     p = runtime_profile(steps=1)
     linked = p.tables["ops"]["parent"].copy()
     p.tables["ops"]["parent"] = np.full(p.n("ops"), -1, dtype=np.int64)
     assert (infer_parents(p) == linked).all()
-    ev, source = device_events(p)
-    assert source == "cpu_ops" and "aten::mm" not in set(ev["name"])
+    frame = events_of(p)
+    assert frame.source == "cpu_ops" and "aten::mm" not in set(frame.frame()["name"])
     assert verify(p).exit_code == 0
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mmprof.analysis.classify import coverage
-from mmprof.analysis.fastpath import verify
+from mmprof.analysis.coverage import coverage
+from mmprof.analysis.events import events_of
+from mmprof.analysis.checks.verify import verify
 from mmprof.importers import import_paths
 from tests.conftest import data_file
 
@@ -24,8 +25,7 @@ CASES = [
 def test_h200_runtime_kernels_classify_and_verify(name, codes):
     p = import_paths([data_file("h200_runtime", name)])
     assert p.device_info(0)["peak_key"] == "H200"
-    names = list(p.col("kernels", "name", decode=True))
-    cov = coverage(names, list(p.col("kernels", "dur_ns")))
+    cov = coverage(events_of(p))
     assert cov.events > 3000 and cov.unclassified_share < 0.05, cov.unclassified[:5]
     r = verify(p)
     assert r.source == "kernels"

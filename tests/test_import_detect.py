@@ -200,11 +200,12 @@ def test_imported_profiles_validate_and_round_trip(tmp_path):
 
 
 def test_missing_ranks_of_a_multi_rank_run_are_named():
-    from mmprof.importers import _ranges, import_paths
+    from mmprof.importers import import_paths
+    from mmprof.units import fmt_ranges
     from tests.conftest import data_file
 
     p = import_paths([data_file("samples", "kineto", "sampled_rank-0.json.gz"),
                       data_file("samples", "kineto", "sampled_rank-1.json.gz")])
     assert p.ranks == [0, 1] and p.meta["parallel"]["world_size"] == 128
     assert any("126 of 128 ranks have no trace" in w and "missing: 2-127" in w for w in p.meta["warnings"])
-    assert _ranges([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
+    assert fmt_ranges([0, 1, 2, 5, 7, 8], sep=", ") == "0-2, 5, 7-8" and fmt_ranges([]) == "-"

@@ -327,13 +327,14 @@ def test_begin_end_events_are_counted_not_lost(tmp_path):
 
 
 def test_collective_names_and_sizes():
-    from mmprof.importers._kineto_comm import dtype_bytes, normalize_collective
+    from mmprof.importers._kineto_comm import normalize_collective
+    from mmprof.units import dtype_bytes
 
     assert [normalize_collective(n) for n in ("_allgather_base", "allreduce_coalesced", "all_to_allv",
                                               "reduce_scatter_tensor_coalesced", "AllReduce", "broadcast")] == [
         "allgather", "allreduce", "all_to_all", "reduce_scatter", "allreduce", "broadcast"]
     assert (dtype_bytes("BFloat16"), dtype_bytes("c10::Half"), dtype_bytes("Float8_e4m3fn"), dtype_bytes("Long")) == (2, 2, 1, 8)
-    assert dtype_bytes("weird") == -1
+    assert dtype_bytes("weird") is None
 
 
 # -- collectives without record_param_comms: gloo on CPU ----------------------------------------------------

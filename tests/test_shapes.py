@@ -8,9 +8,12 @@ import json
 
 import pytest
 
-from mmprof.analysis.shape_findings import (Call, calls_from_profile, canonical, compare_calls, cross_rank,
-                                            role_of)
-from mmprof.analysis.shapes import analytic, rank_label, resolve_model
+from mmprof.analysis.checks.shapes_analytic import analytic_findings
+from mmprof.analysis.checks.shapes_observed import calls_from_profile, canonical, compare_calls, cross_rank, role_of
+from mmprof.capture.shapes import resolve_model, unsharded
+from mmprof.runtime import analytic
+from mmprof.shapes_model import Call
+from mmprof.units import rank_label
 from mmprof.cli import main
 from mmprof.profiles import ProfileBuilder, save_profile
 from mmprof.runtime import get_preset
@@ -27,10 +30,8 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def m3_tp8():
-    from mmprof.analysis.shape_findings import analytic_findings
-
     res = analytic(resolve_model("m3"), 8)
-    res.findings = analytic_findings(res)
+    res.findings = analytic_findings(res, unsharded(res))
     return res
 
 
@@ -116,30 +117,24 @@ def test_m3_findings(m3_tp8):
 
 
 def test_tp4_has_no_replication_and_no_thin_dims():
-    from mmprof.analysis.shape_findings import analytic_findings
-
     res = analytic(resolve_model("m3"), 4)
-    f = analytic_findings(res)
+    f = analytic_findings(res, unsharded(res))
     assert "SH001" not in {x.code for x in f}
     assert not [x for x in f if x.code == "SH007" and x.severity == "warning"]  # 768 >= 512
 
 
 def test_vocab_padding_finding():
-    from mmprof.analysis.shape_findings import analytic_findings
-
     res = analytic(get_preset("tiny", vocab_size=500), 2)
-    sh3 = [x for x in analytic_findings(res) if x.code == "SH003"]
+    sh3 = [x for x in analytic_findings(res, unsharded(res)) if x.code == "SH003"]
     assert sh3 and sh3[0].cost["padded_rows"] == 12  # 500 -> 512
     assert res.ranks[0].model_weights["embed.weight"][0] == 256
 
 
 def test_uneven_split_sh004():
-    from mmprof.analysis.shape_findings import analytic_findings
-
     res = analytic(get_preset("tiny"), 2)
     res.ranks[1].kinds[0].gemms[0].n += 32  # as if rank 1 held more q heads
     assert len(res.rank_groups()) == 2
-    sh4 = [x for x in analytic_findings(res) if x.code == "SH004"]
+    sh4 = [x for x in analytic_findings(res, unsharded(res)) if x.code == "SH004"]
     assert sh4 and "attn.qkv on ranks 1" in sh4[0].message and sh4[0].layers == [0, 1]
 
 
@@ -294,10 +289,8 @@ def test_compare_unjudged_is_not_a_match():
 
 
 def test_thin_only_counts_dims_sharding_made_thin():
-    from mmprof.analysis.shape_findings import analytic_findings
-
     res = analytic(get_preset("tiny"), 2)
-    thin = {(f.message.split(":")[0], tuple(f.layers)) for f in analytic_findings(res) if f.code == "SH007"
+    thin = {(f.message.split(":")[0], tuple(f.layers)) for f in analytic_findings(res, unsharded(res)) if f.code == "SH007"
             and f.severity == "warning"}
     names = {n for n, _ in thin}
     assert "attn.o_proj" in names and "moe.routed.down" in names  # K 256 -> 128, 64 -> 32

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from mmprof.analysis.shape_findings import canonical, compare_calls, role_of
-from mmprof.analysis.shapes import analytic
+from mmprof.analysis.checks.shapes_observed import canonical, compare_calls, role_of
+from mmprof.runtime import analytic
 from mmprof.errors import BadInput
 from mmprof.runtime import get_preset
 
@@ -67,7 +67,7 @@ def test_live_mismatch_is_sh006(live_tp2):
 
 
 def test_cli_live_uses_capture(live_tp2, monkeypatch, capsys):
-    import mmprof.capture.shapes_live as sl
+    import mmprof.capture.shapes as sl
     from mmprof.cli import main
 
     seen = {}

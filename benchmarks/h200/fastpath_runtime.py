@@ -29,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from mmprof.analysis.classify import coverage, load_rules  # noqa: E402
-from mmprof.analysis.fastpath import verify  # noqa: E402
-from mmprof.analysis.regions import device_events  # noqa: E402
+from mmprof.analysis.checks.verify import verify  # noqa: E402
+from mmprof.analysis.classify import load_rules  # noqa: E402
+from mmprof.analysis.coverage import coverage  # noqa: E402
+from mmprof.analysis.events import events_of  # noqa: E402
 from mmprof.importers import import_paths  # noqa: E402
 from mmprof.profiles.model import ProfileBuilder, merge_profiles  # noqa: E402
 from mmprof.runtime.config import get_preset  # noqa: E402
@@ -90,8 +91,9 @@ def main() -> None:
         for r in dispatch:
             b.row("dispatch", **r)
         prof = merge_profiles([prof, b.build()], meta=dict(prof.meta, model=model_cfg))
-        ev, source = device_events(prof, rules)
-        cov = coverage(list(ev["name"]), list(ev["dur_ns"]), rules, source=source)
+        frame = events_of(prof, rules)
+        ev, source = frame.frame(), frame.source
+        cov = coverage(frame)
         res = verify(prof)
         failing = sorted({r.code for r in res.results if r.status == "fail"})
         names = sorted(set(ev["name"]))

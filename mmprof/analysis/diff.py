@@ -16,62 +16,36 @@ counts compare; with no step markers they are totals. Vectorised: one groupby pe
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.timeline import (CATEGORIES, LABELS, NO_PHASE, Events, TimelineResult,
-                                      device_events, phase_labels, timeline)
+from mmprof.analysis.events import EventFrame, events_of
+from mmprof.analysis.timeline import CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, phase_labels, timeline
 from mmprof.errors import NoEvidence
+from mmprof.labels import is_marker
+from mmprof.units import fmt_ns
 
 NOUNS = {"compute_bound": "compute", "memory_bound": "memory bandwidth", "unattributed": "unattributed compute",
          "communication": "communication", "memcpy": "memory copies", "idle_host": "launch/queue overhead",
          "idle_other": "idle time (sync / dependencies)"}
 UNSCOPED = "(unscoped)"
-_LAYER = re.compile(r"(?:^|[./\s])layers?[._](\d+)(?:[._](.+))?$")
-_NOT_REGION = re.compile(r"^(mmprof\.(prefill|decode|step\.\d+)|ProfilerStep#\d+|## .* ##)$")
 MINOR_SHARE = 0.001  # variants below this share of a side's event time and count are not reported as path changes
 
 
-def region_of(scope: str | None) -> tuple[int, str]:
-    """(layer index or -1, region role) of a scope label: `layers.12.moe.routed` -> (12, 'moe.routed').
-
-    The fallback for events that `mmprof.analysis.regions.attribute` (which also reads scope paths, launching
-    ops and module paths such as `model.layers.3.mlp.experts`) leaves without a region.
-    """
-    if not scope or _NOT_REGION.match(scope):
-        return -1, UNSCOPED
-    m = _LAYER.search(scope)
-    if m:
-        return int(m.group(1)), m.group(2) or "layer"
-    return -1, scope
-
-
-def event_regions(profile, ev: Events) -> tuple[np.ndarray, pd.Categorical]:
-    """(layer, role) per event: `mmprof.analysis.regions.attribute` where it names a region, else the innermost scope.
-
-    Events whose annotations name no region keep their innermost scope label as the role (or `(unscoped)`).
-    """
-    from mmprof.analysis.regions import attribute
-
+def event_roles(profile, ev: EventFrame) -> tuple[np.ndarray, pd.Categorical]:
+    """(layer, role) per event: the region from `mmprof.analysis.structure` where a source names one, else the
+    event's innermost scope label (a range no rule knows), else `(unscoped)`."""
     n = len(ev)
     sinv, su = pd.factorize(ev.scope)
-    fb = [region_of(profile.string(int(s))) for s in su]
-    layer = np.array([r[0] for r in fb], dtype=np.int64)[sinv] if n else np.zeros(0, np.int64)
-    role_u = np.array([r[1] for r in fb], dtype=object)
-    role = role_u[sinv] if n else np.array([], dtype=object)
-    if ev.rows:
-        parts = [attribute(profile, t).iloc[rows] if len(rows) else None for t, rows in ev.rows.items()]
-        parts = [p for p in parts if p is not None]
-        if parts:
-            a = pd.concat(parts, ignore_index=True)
-            known = a["role"].notna().to_numpy()
-            layer = np.where(known, a["layer"].to_numpy(), layer)
-            role = np.where(known, a["role"].to_numpy(dtype=object), role)
-    return layer, pd.Categorical(role)
+    fb_u = np.array([UNSCOPED if (s < 0 or is_marker(profile.string(int(s)))) else profile.string(int(s))
+                     for s in su], dtype=object)
+    fallback = fb_u[sinv] if n else np.array([], dtype=object)
+    known = ev.role != None  # noqa: E711
+    role = np.where(known, ev.role, fallback)
+    return ev.layer.copy(), pd.Categorical(role)
 
 
 @dataclass
@@ -230,7 +204,7 @@ def _short(s: str, n: int = 60) -> str:
 @dataclass
 class _Side:
     profile: Any
-    events: Events
+    events: EventFrame
     tl: TimelineResult
     phase_lab: np.ndarray
     layer: np.ndarray
@@ -238,8 +212,8 @@ class _Side:
 
 
 def _side(profile) -> _Side:
-    ev = device_events(profile)
-    layer, role = event_regions(profile, ev)
+    ev = events_of(profile)
+    layer, role = event_roles(profile, ev)
     return _Side(profile, ev, timeline(profile, ev), phase_labels(profile, ev.phase), layer, role)
 
 
@@ -339,7 +313,7 @@ def _verdict(phase: str, cats: list[CategoryChange], step: StepChange | None, do
     parts = []
     if step and step.before_ns and step.after_ns:
         what = "step" if phase in (NO_PHASE, "whole run") else f"{phase} step"
-        parts.append(f"{what} {_fmt_ns(step.before_ns)} -> {_fmt_ns(step.after_ns)} ({step.change:+.1%})")
+        parts.append(f"{what} {fmt_ns(step.before_ns)} -> {fmt_ns(step.after_ns)} ({step.change:+.1%})")
     by = {c.category: c for c in cats}
     b, a = dom
     if b is None or a is None:
@@ -380,16 +354,6 @@ def plain_timing_change(before, after) -> dict[str, Any] | None:
         out["decode_dilation"] = {"before": fb, "after": fa}
     out["text"] = text
     return out
-
-
-def _fmt_ns(ns: float) -> str:
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if abs(ns) >= 1e3:
-        return f"{ns / 1e3:.1f} us"
-    return f"{ns:.0f} ns"
 
 
 def diff_profiles(before, after, phase: str | None = None, rank: int | None = None,
@@ -463,8 +427,6 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
 
 
 def _whole(tl: TimelineResult, rank: int | None):
-    from mmprof.analysis.timeline import StepStats
-
     w = tl.windows if rank is None else tl.windows[tl.windows["rank"] == rank]
     if w.empty:
         return StepStats(NO_PHASE, 0, None, None, 0, "no events")

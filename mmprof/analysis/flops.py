@@ -20,15 +20,8 @@ from functools import lru_cache
 
 import orjson
 
-_DTYPE_BYTES = {
-    "float": 4, "float32": 4, "c10::float": 4, "double": 8, "float64": 8,
-    "c10::bfloat16": 2, "bfloat16": 2, "c10::half": 2, "half": 2, "float16": 2,
-    "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1, "c10::float8_e4m3fnuz": 1, "c10::float8_e5m2fnuz": 1,
-    "c10::float8_e8m0fnu": 1, "c10::float4_e2m1fn_x2": 1,
-    "long int": 8, "int64": 8, "int": 4, "int32": 4, "short int": 2, "int16": 2,
-    "signed char": 1, "int8": 1, "unsigned char": 1, "uint8": 1, "bool": 1,
-    "c10::complex<float>": 8, "c10::complex<double>": 16,
-}
+from mmprof.units import dtype_bytes
+
 _DTYPE_CLASS = {2: "bf16", 4: "fp32", 1: "fp8"}
 
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul",
@@ -110,12 +103,6 @@ def op_family(name: str | None) -> str | None:
     if _COMM_RE.search(name):
         return "communication"
     return None
-
-
-def dtype_bytes(t: str | None) -> int | None:
-    if not t:
-        return None
-    return _DTYPE_BYTES.get(t.lower())
 
 
 def _numel(shape) -> int:

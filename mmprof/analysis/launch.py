@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.timeline import Events, TimelineResult, device_events, phase_labels, timeline
+from mmprof.analysis.events import EventFrame, events_of
+from mmprof.analysis.timeline import TimelineResult, phase_labels, timeline
 
 # The GPU is launch-bound when at least this share of the wall span is idle waiting for the host.
 LAUNCH_BOUND_SHARE = 0.25
@@ -55,9 +56,9 @@ class LaunchResult:
         return {"phases": [p.to_dict() for p in self.phases], "top_delays": self.top_delays, "warnings": self.warnings}
 
 
-def launch_analysis(profile, events: Events | None = None, tl: TimelineResult | None = None,
+def launch_analysis(profile, events: EventFrame | None = None, tl: TimelineResult | None = None,
                     rank: int | None = None) -> LaunchResult:
-    ev = events if events is not None else device_events(profile)
+    ev = events if events is not None else events_of(profile)
     tl = tl if tl is not None else timeline(profile, ev)
     warnings: list[str] = []
     if ev.source != "kernels":

@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.launch import LaunchStats, launch_analysis
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, summarise_bounds
-from mmprof.analysis.timeline import (CAT_COMM, CAT_MEMCPY, NO_PHASE, Breakdown, Events, StepStats, device_events,
-                                      phase_labels, timeline)
+from mmprof.analysis.events import CAT_COMM, CAT_MEMCPY, EventFrame, events_of
+from mmprof.analysis.timeline import NO_PHASE, Breakdown, StepStats, phase_labels, timeline
 from mmprof.errors import MmprofError
 
 TOP_KERNELS = 10
@@ -106,7 +107,7 @@ def bottleneck_statement(phase: str, br: Breakdown, bounds: BoundSummary, source
             "so no bound can be named")
 
 
-def _top_kernels(profile, ev: Events, m: np.ndarray, n: int = TOP_KERNELS) -> list[KernelRow]:
+def _top_kernels(profile, ev: EventFrame, m: np.ndarray, n: int = TOP_KERNELS) -> list[KernelRow]:
     idx = np.flatnonzero(m)
     if not len(idx):
         return []
@@ -140,12 +141,10 @@ def _top_kernels(profile, ev: Events, m: np.ndarray, n: int = TOP_KERNELS) -> li
 
 
 def _checks(profile) -> dict[str, Any]:
-    """The built-in fast-path checks (`mmprof.analysis.fastpath.verify` with the default spec), summarised.
+    """The built-in fast-path checks (`mmprof.analysis.checks.verify` with the default spec), summarised.
 
     A check with nothing to judge stays "no evidence".
     """
-    from mmprof.analysis.fastpath import verify
-
     try:
         res = verify(profile)
     except MmprofError as e:
@@ -162,7 +161,7 @@ def _checks(profile) -> dict[str, Any]:
 
 def build_report(profile, phase: str | None = None, rank: int | None = None, top: int = TOP_KERNELS) -> Report:
     """The report of one Profile; `phase`/`rank` restrict it."""
-    ev = device_events(profile)
+    ev = events_of(profile)
     tl = timeline(profile, ev)
     la = launch_analysis(profile, ev, tl)
     phases = tl.phases if phase is None else [phase]

@@ -1,4 +1,4 @@
-"""GPU timeline per rank by interval union: where the wall time of each phase / step went.
+"""Timeline per rank by interval union: where the wall time of each phase / step went.
 
 Every instant of a window (one rank, one phase, one step; the window spans its first event start to its last
 event end) falls in exactly one category, so the shares add up to 100% of the wall span:
@@ -19,219 +19,27 @@ communication overlapped with compute counts as compute (reported separately as 
 Events outside every phase ("other") and events of a phase outside all of its steps are scattered across the run
 (set-up, sampling between steps): their windows count busy time only, no idle.
 
-CPU-run profiles (no kernels): the device events are the CPU ops of each rank's busiest thread; an op's own
-(self) time is its category's, and the gaps between top-level ops (Python / framework time) are idle_host.
+The events are `mmprof.analysis.events` (kernels and copies; on a CPU run, the outermost compute ops). On a CPU
+run every gap between compute ops is host time (Python / framework overhead): idle_host.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.flops import op_family
-from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
+from mmprof.analysis.events import CAT_COMM, EventFrame, codes, events_of
+from mmprof.errors import NoEvidence
 
 CATEGORIES = ("compute_bound", "memory_bound", "unattributed", "communication", "memcpy", "idle_host", "idle_other")
 LABELS = {"compute_bound": "compute-bound", "memory_bound": "memory-bound", "unattributed": "unattributed compute",
           "communication": "communication", "memcpy": "memcpy", "idle_host": "idle: host-bound (launch/queue)",
           "idle_other": "idle: other"}
-CAT_COMPUTE, CAT_MEMORY, CAT_UNATTR, CAT_COMM, CAT_MEMCPY = range(5)
 _BUSY = 5
 NO_PHASE = "all"
-
-
-def codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(unique values, inverse) of an integer array, hash-based (order of first appearance)."""
-    inv, uniq = pd.factorize(arr)
-    return np.asarray(uniq), inv.astype(np.int64)
-
-
-def kernel_classes(profile, table: str = "kernels") -> tuple[np.ndarray, pd.DataFrame, bool, str | None]:
-    """(inverse: row -> unique name, classification per unique name, True, None).
-
-    Each distinct name is classified once by `mmprof.analysis.classify`; an empty variant becomes the kernel
-    name. (The last two values are kept for callers that once handled a missing classifier.)
-    """
-    from mmprof.analysis import classify as _classify
-
-    uniq, inv = codes(profile.tables[table]["name"])
-    uniq_names = np.array([profile.string(int(u)) or "?" for u in uniq], dtype=object)
-    df = _classify.classify_names(list(uniq_names)).reset_index(drop=True).astype(object)
-    var = df["variant"].to_numpy()
-    missing = pd.isna(var)
-    if missing.any():
-        var = var.copy()
-        var[missing] = uniq_names[missing]
-        df["variant"] = var
-    return inv, df, True, None
-
-
-@dataclass
-class Events:
-    """Device events of a profile, ready for timeline / diff: one row per kernel or memcpy (GPU), or per op (CPU)."""
-
-    source: str                  # "kernels" or "cpu_ops"
-    rank: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    dur: np.ndarray              # time attributed to the event (kernel duration; an op's self time on CPU)
-    cat: np.ndarray              # int8 CAT_* code
-    family: pd.Categorical
-    variant: pd.Categorical
-    library: pd.Categorical
-    name: np.ndarray             # string ids of the kernel / op name
-    scope: np.ndarray            # string ids
-    phase: np.ndarray            # string ids
-    step: np.ndarray
-    launch_end: np.ndarray       # end of the launching API call, -1 unknown
-    launch_start: np.ndarray
-    root: np.ndarray             # bool: counts toward the window span (all GPU events; top-level CPU ops)
-    roof: Roofline | None
-    classified: bool
-    rows: dict[str, np.ndarray] = field(default_factory=dict)   # source table -> its row of each event, in order
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.rank)
-
-
-def expand(values_per_unique, inv: np.ndarray) -> pd.Categorical:
-    """A Categorical with one entry per event from values given per unique key (`inv` maps event -> key)."""
-    vals = pd.Series(list(values_per_unique), dtype=object)
-    c, cats = pd.factorize(vals, use_na_sentinel=True)
-    return pd.Categorical.from_codes(c[inv] if len(inv) else np.zeros(0, np.int64), categories=cats)
-
-
-def device_events(profile) -> Events:
-    """Build the events of a profile (kernels + memcpy on GPU; CPU ops for a CPU-only profile)."""
-    if profile.n("kernels") == 0 and profile.n("memcpy") == 0:
-        if profile.n("ops") == 0:
-            from mmprof.errors import NoEvidence
-
-            raise NoEvidence("profile has no kernels, copies or CPU ops: nothing to put on a timeline")
-        return _cpu_events(profile)
-    return _gpu_events(profile)
-
-
-def _gpu_events(profile) -> Events:
-    K, M = profile.tables["kernels"], profile.tables["memcpy"]
-    nk, nm = profile.n("kernels"), profile.n("memcpy")
-    inv, cls, real, cls_warning = kernel_classes(profile)
-    fam_u = cls["family"].astype(str).to_numpy()
-    comm = (fam_u == "communication")[inv] if nk else np.zeros(0, bool)
-    copy = np.isin(fam_u, ["copy", "memcpy"])[inv] if nk else np.zeros(0, bool)
-    ck = profile.tables["collectives"]["kernel"]
-    ck = ck[(ck >= 0) & (ck < nk)]
-    comm[ck] = True
-    eligible = ~(comm | copy)
-    roof = event_roofline(profile, K["op"], K["dur_ns"], K["rank"], eligible)
-    kcat = np.full(nk, CAT_UNATTR, dtype=np.int8)
-    kcat[roof.bound == BOUND_COMPUTE] = CAT_COMPUTE
-    kcat[roof.bound == BOUND_MEMORY] = CAT_MEMORY
-    kcat[copy] = CAT_MEMCPY
-    kcat[comm] = CAT_COMM
-    L = profile.tables["launches"]
-    nl = profile.n("launches")
-
-    def launch_times(ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ok = (ref >= 0) & (ref < nl)
-        ls = np.full(len(ref), -1, dtype=np.int64)
-        le = np.full(len(ref), -1, dtype=np.int64)
-        ls[ok] = L["start_ns"][ref[ok]]
-        le[ok] = L["start_ns"][ref[ok]] + L["dur_ns"][ref[ok]]
-        return ls, le
-
-    kls, kle = launch_times(K["launch"])
-    mls, mle = launch_times(M["launch"])
-    # memcpy rows become extra "unique names" at the end of the per-unique tables
-    mk_u, mk_inv = codes(M["kind"])
-    mk_names = [profile.string(int(u)) or "memcpy" for u in mk_u]
-    inv_all = np.concatenate([inv, len(cls) + mk_inv])
-    family = expand(list(cls["family"]) + ["memcpy"] * len(mk_u), inv_all)
-    variant = expand(list(cls["variant"]) + mk_names, inv_all)
-    library = expand(list(cls["library"]) + [None] * len(mk_u), inv_all)
-    n = nk + nm
-    if nm:  # the memcpy table has no roofline: pad the kernel roofline with unknowns
-        pad = lambda a, v: np.concatenate([a, np.full(nm, v, dtype=a.dtype)])  # noqa: E731
-        roof = Roofline(pad(roof.flops, np.nan), pad(roof.bytes, np.nan), pad(roof.intensity, np.nan),
-                        pad(roof.bound, -1), pad(roof.achieved_flops, np.nan), pad(roof.achieved_bytes, np.nan),
-                        pad(roof.efficiency, np.nan), roof.peaks, roof.warnings)
-    start = np.concatenate([K["start_ns"], M["start_ns"]])
-    dur = np.concatenate([K["dur_ns"], M["dur_ns"]])
-    ev = Events(
-        source="kernels", rank=np.concatenate([K["rank"], M["rank"]]), start=start, end=start + dur, dur=dur,
-        cat=np.concatenate([kcat, np.full(nm, CAT_MEMCPY, dtype=np.int8)]),
-        family=family, variant=variant, library=library,
-        name=np.concatenate([K["name"], M["name"]]), scope=np.concatenate([K["scope"], M["scope"]]),
-        phase=np.concatenate([K["phase"], M["phase"]]), step=np.concatenate([K["step"], M["step"]]),
-        launch_end=np.concatenate([kle, mle]), launch_start=np.concatenate([kls, mls]),
-        root=np.ones(n, dtype=bool), roof=roof, classified=real, warnings=list(roof.warnings),
-        rows={"kernels": np.arange(nk), "memcpy": np.arange(nm)})
-    if cls_warning:
-        ev.warnings.append(cls_warning)
-    return ev
-
-
-def _nest(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Parent index of each interval within one thread (intervals nest), -1 for top level."""
-    order = np.lexsort((-end, start))
-    parent = np.full(len(start), -1, dtype=np.int64)
-    stack: list[int] = []
-    for i in order.tolist():
-        while stack and end[stack[-1]] <= start[i]:
-            stack.pop()
-        if stack and end[i] <= end[stack[-1]]:
-            parent[i] = stack[-1]
-        stack.append(i)
-    return parent
-
-
-def _cpu_events(profile) -> Events:
-    O = profile.tables["ops"]
-    rank, tid, start, dur = O["rank"], O["tid"], O["start_ns"], O["dur_ns"]
-    # the busiest thread of each rank (by top-level op time) is the one whose ops form the timeline
-    parent = O["parent"].copy()
-    if profile.n("ops") and (parent < 0).all():
-        for key in np.unique(np.stack([rank, tid], axis=1), axis=0):
-            idx = np.flatnonzero((rank == key[0]) & (tid == key[1]))
-            p = _nest(start[idx], start[idx] + dur[idx])
-            parent[idx] = np.where(p >= 0, idx[np.clip(p, 0, None)], -1)
-    top = parent < 0
-    df = pd.DataFrame({"rank": rank, "tid": tid, "d": np.where(top, dur, 0)})
-    busiest = df.groupby(["rank", "tid"])["d"].sum().reset_index().sort_values("d").groupby("rank").tail(1)
-    keep = pd.MultiIndex.from_frame(df[["rank", "tid"]]).isin(pd.MultiIndex.from_frame(busiest[["rank", "tid"]]))
-    idx = np.flatnonzero(keep)
-    child_time = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=len(dur))
-    self_t = np.maximum(dur - child_time.astype(np.int64), 0)
-    names = profile.col("ops", "name")
-    uniq, inv = codes(names[idx])
-    fam_u = np.array([op_family(profile.string(int(u))) or "other" for u in uniq], dtype=object)
-    fam = fam_u[inv] if len(idx) else np.array([], dtype=object)
-    comm = fam == "communication"
-    copy = fam == "copy"
-    roof = event_roofline(profile, idx, self_t[idx], rank[idx], ~(comm | copy))
-    cat = np.full(len(idx), CAT_UNATTR, dtype=np.int8)
-    cat[roof.bound == BOUND_COMPUTE] = CAT_COMPUTE
-    cat[roof.bound == BOUND_MEMORY] = CAT_MEMORY
-    cat[copy] = CAT_MEMCPY
-    cat[comm] = CAT_COMM
-    var_u = [profile.string(int(u)) or "?" for u in uniq]
-    n = len(idx)
-    ev = Events(
-        source="cpu_ops", rank=rank[idx], start=start[idx], end=start[idx] + dur[idx], dur=self_t[idx], cat=cat,
-        family=expand(fam_u, inv), variant=expand(var_u, inv), library=expand(["aten"] * len(uniq), inv),
-        name=names[idx],
-        scope=O["scope"][idx], phase=O["phase"][idx], step=O["step"][idx],
-        launch_end=np.full(n, -1, dtype=np.int64), launch_start=np.full(n, -1, dtype=np.int64),
-        root=top[idx], roof=roof, classified=True, warnings=list(roof.warnings), rows={"ops": idx})
-    ev.notes.append("CPU-run profile (no GPU kernels): the CPU ops of each rank's busiest thread are the device "
-                    "events; an op's self time goes to its category and the gaps between top-level ops "
-                    "(Python / framework overhead) count as host-bound idle")
-    return ev
 
 
 @dataclass
@@ -337,9 +145,11 @@ def phase_labels(profile, phase_ids: np.ndarray) -> np.ndarray:
     return lab[inv]
 
 
-def timeline(profile, events: Events | None = None) -> TimelineResult:
+def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
     """The per-window category breakdown of a profile (see the module docstring)."""
-    ev = events if events is not None else device_events(profile)
+    ev = events if events is not None else events_of(profile)
+    if not len(ev):
+        raise NoEvidence("profile has no kernels, copies or CPU ops: nothing to put on a timeline")
     phase = phase_labels(profile, ev.phase)
     ph_u, ph_inv = np.unique(phase.astype(str), return_inverse=True) if len(ev) else (np.array([]), np.zeros(0, np.int64))
     step_lo = int(ev.step.min()) if len(ev) else 0
@@ -353,19 +163,12 @@ def timeline(profile, events: Events | None = None) -> TimelineResult:
     cols = {c: np.zeros(G, dtype=np.int64) for c in CATEGORIES}
     comm_total = np.zeros(G, dtype=np.int64)
     comm_over = np.zeros(G, dtype=np.int64)
-    r = ev.root
-    span_df = pd.DataFrame({"g": gcode[r], "s": ev.start[r], "e": ev.end[r]}).groupby("g").agg(s=("s", "min"), e=("e", "max"))
+    span_df = pd.DataFrame({"g": gcode, "s": ev.start, "e": ev.end}).groupby("g").agg(s=("s", "min"), e=("e", "max"))
     wstart = np.zeros(G, dtype=np.int64)
     wend = np.zeros(G, dtype=np.int64)
     wstart[span_df.index.to_numpy()] = span_df["s"].to_numpy()
     wend[span_df.index.to_numpy()] = span_df["e"].to_numpy()
-    if ev.source == "kernels":
-        _sweep(gcode, ev, cols, comm_total, comm_over)
-    else:
-        for k, c in enumerate(CATEGORIES[:_BUSY]):
-            m = ev.cat == k
-            cols[c] += np.bincount(gcode[m], weights=ev.dur[m], minlength=G).astype(np.int64)
-        comm_total[:] = cols["communication"]
+    _sweep(gcode, ev, cols, comm_total, comm_over)
     span = wend - wstart
     busy = sum(cols[c] for c in CATEGORIES[:_BUSY])
     idle = np.maximum(span - busy, 0)
@@ -384,14 +187,14 @@ def timeline(profile, events: Events | None = None) -> TimelineResult:
     else:
         cols["idle_host"] = np.minimum(cols["idle_host"], idle)
     cols["idle_other"] = idle - cols["idle_host"]
-    span = busy + idle  # equal to wend - wstart up to CPU self-time rounding
+    span = busy + idle
     w = pd.DataFrame({"rank": g_rank, "phase": g_phase, "step": g_step,
                       "start_ns": wstart, "end_ns": wend, "span_ns": span, **cols,
                       "comm_total_ns": comm_total, "comm_overlapped_ns": comm_over})
     return TimelineResult(ev.source, w, list(ev.notes), list(ev.warnings))
 
 
-def _sweep(gcode: np.ndarray, ev: Events, cols: dict, comm_total: np.ndarray, comm_over: np.ndarray) -> None:
+def _sweep(gcode: np.ndarray, ev: EventFrame, cols: dict, comm_total: np.ndarray, comm_over: np.ndarray) -> None:
     """Vectorised interval sweep over all windows at once; fills the busy categories and idle_host."""
     keep = np.flatnonzero(ev.end > ev.start)
     n = len(keep)

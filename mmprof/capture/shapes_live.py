@@ -3,10 +3,9 @@ shapes each rank actually receives for every GEMM, grouped GEMM and attention ca
 
 Capture is at dispatch level: a `TorchDispatchMode` sees the aten ops after autograd and composite
 decomposition (F.linear arrives as aten.mm, einsum/matmul as aten.bmm, F.grouped_mm as aten._grouped_mm,
-SDPA as the backend's fused op), i.e. the problems the kernels get. The current scope label comes from
-wrapping `mmprof.runtime.scopes._scope` (the one function every `scope(name)` call goes through) with a
-stack push/pop for the duration of the capture; phase and step come from `mmprof.prefill|decode` and
-`mmprof.step.N` on that stack.
+SDPA as the backend's fused op), i.e. the problems the kernels get. The current scope label comes from the
+runtime's `tracked_scopes()` (the names of the open scopes); phase and step from `mmprof.prefill|decode` and
+`mmprof.step.N` on that stack (read by `mmprof.labels`).
 
 Ranks are started with torch.multiprocessing (spawn): gloo over a file:// rendezvous on CPU, NCCL on
 `cuda` (one GPU per rank). Each rank writes its calls as JSON into a temporary directory; the parent reads
@@ -15,7 +14,6 @@ them back. torch is imported only inside functions.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -25,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from mmprof.errors import BadInput, CaptureUnavailable
+from mmprof.labels import is_marker, phase_of_path, step_of_path
+from mmprof.shapes_model import Call
 
 _RECORD = re.compile(r"^aten\.(mm|addmm|bmm|baddbmm|_grouped_mm|_scaled_mm|_scaled_grouped_mm|"
                      r"_scaled_dot_product_\w+|_flash_attention_forward|_efficient_attention_forward)\.")
@@ -42,7 +42,7 @@ class LiveCapture:
     batch: int
     prompt_len: int
     decode_steps: int
-    calls: list[Any]  # shape_findings.Call
+    calls: list[Call]
     plans: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @property
@@ -54,50 +54,13 @@ class LiveCapture:
                 "prompt_len": self.prompt_len, "decode_steps": self.decode_steps, "calls": len(self.calls)}
 
 
-class _Stack:
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def where(self) -> tuple[str, str, int]:
-        """(innermost non-phase scope, phase, step)."""
-        phase, step, inner = "", -1, ""
-        for n in self.names:
-            if n in ("mmprof.prefill", "mmprof.decode"):
-                phase = n.split(".")[1]
-            elif n.startswith("mmprof.step."):
-                step = int(n.rsplit(".", 1)[1])
-            else:
-                inner = n
-        return inner, phase, step
+def where(stack: list[str]) -> tuple[str, str, int]:
+    """(innermost label that is not a phase / step marker, phase, step) of the open scopes."""
+    inner = next((n for n in reversed(stack) if not is_marker(n)), "")
+    return inner, phase_of_path(stack) or "", step_of_path(stack)
 
 
-@contextlib.contextmanager
-def scope_tracking():
-    """Track the runtime's scope stack while the block runs (and force scopes on)."""
-    from mmprof.runtime import scopes
-
-    stack = _Stack()
-    orig = scopes._scope
-    prev = scopes.set_scopes_enabled(True)
-
-    @contextlib.contextmanager
-    def tracked(name: str):
-        stack.names.append(name)
-        try:
-            with orig(name):
-                yield
-        finally:
-            stack.names.pop()
-
-    scopes._scope = tracked
-    try:
-        yield stack
-    finally:
-        scopes._scope = orig
-        scopes.set_scopes_enabled(prev)
-
-
-def _recorder(rank: int, stack: _Stack, out: list[dict[str, Any]]):
+def _recorder(rank: int, stack: list[str], out: list[dict[str, Any]]):
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -107,7 +70,7 @@ def _recorder(rank: int, stack: _Stack, out: list[dict[str, Any]]):
             if _RECORD.match(name):
                 shapes = [list(a.shape) if isinstance(a, torch.Tensor) else [] for a in args]
                 dt = next((str(a.dtype).replace("torch.", "") for a in args if isinstance(a, torch.Tensor)), "")
-                sc, ph, st = stack.where()
+                sc, ph, st = where(stack)
                 out.append({"rank": rank, "op": name, "shapes": shapes, "scope": sc, "phase": ph, "step": st,
                             "dtype": dt})
             return func(*args, **(kwargs or {}))
@@ -121,7 +84,7 @@ def run_rank(rank: int, world: int, ep: int, model: str, device: str, batch: int
     import torch
     import torch.distributed as dist
 
-    from mmprof.runtime import Workload, build_model, generate, load_config
+    from mmprof.runtime import Workload, build_model, generate, load_config, scopes
     from mmprof.runtime.moe import grouped_mm_unavailable
 
     torch.set_num_threads(1)
@@ -139,7 +102,7 @@ def run_rank(rank: int, world: int, ep: int, model: str, device: str, batch: int
                         group=dist.group.WORLD if world > 1 else None, seed=0)
         grouped_mm_unavailable(dev, dtype)  # probe outside the capture (its test call is not the model's)
         calls: list[dict[str, Any]] = []
-        with scope_tracking() as stack, _recorder(rank, stack, calls):
+        with scopes.tracked_scopes() as stack, _recorder(rank, stack, calls):
             generate(m, Workload(batch=batch, prompt_len=prompt_len, decode_steps=decode_steps, seed=0))
         doc = {"rank": rank, "plan": m.plan.to_dict(), "calls": calls, "dispatch": m.dispatch.rows()}
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(doc))
@@ -153,8 +116,6 @@ def capture_live(model: str, tp: int, ep: int = 1, device: str = "cpu", batch: i
     """Start `tp` ranks, run a short prefill + decode, return every rank's recorded calls."""
     import torch
     import torch.multiprocessing as mp
-
-    from mmprof.analysis.shape_findings import Call
 
     if device not in ("cpu", "cuda"):
         raise BadInput(f"--device must be cpu or cuda, not {device!r}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from mmprof.cli._common import console, echo_json, json_option
+from mmprof.errors import BadInput, NoEvidence
 
 
 @click.command("classify")
@@ -26,76 +27,39 @@ def classify(profile: str | None, rules_paths: tuple[str, ...], unclassified: bo
 
     On a profile with no GPU kernels (a CPU run) the outermost compute CPU ops are classified instead.
     """
-    from mmprof.analysis.classify import coverage, load_rules
-    from mmprof.errors import BadInput
+    from mmprof.analysis.checks.registry import load_info
+    from mmprof.analysis.classify import load_rules
+    from mmprof.render.text import classify as text
 
     rules = load_rules(rules_paths)
     if list_rules:
-        from mmprof.analysis.fastpath import load_checks
-
+        checks = list(load_info().values())
         if as_json:
-            echo_json({"rules": [r.to_dict() for r in rules.rules], "checks": list(load_checks().values())})
+            echo_json({"rules": [r.to_dict() for r in rules.rules], "checks": [c.to_dict() for c in checks]})
             return
-        from rich.table import Table
-
-        t = Table(title=f"{len(rules)} classification rules, in priority order", title_justify="left")
-        for col in ("id", "family", "variant", "library", "path", "description"):
-            t.add_column(col, overflow="fold")
-        for r in rules.rules:
-            t.add_row(r.id, r.family, r.variant or "", r.library or "", r.path, r.description)
-        console().print(t)
+        text.render_kernel_rules(rules, console())
+        text.render_checks(checks, console())
         return
     if names:
         rows = [dict(name=n, **rules.classify(n).to_dict()) for n in names]
         if as_json:
             echo_json(rows)
-            return
-        con = console()
-        for r in rows:
-            con.print(f"{r['name']}\n  -> family={r['family']} variant={r['variant']} library={r['library']} "
-                      f"path={r['path']} rule={r['rule'] or '(unclassified)'}")
+        else:
+            text.render_lookups(rows, console())
         return
     if profile is None:
         raise BadInput("give a PROFILE (a profile or a trace) or --name KERNEL")
-    from mmprof.analysis.regions import device_events
+    from mmprof.analysis.coverage import coverage
+    from mmprof.analysis.events import events_of
     from mmprof.importers import import_paths
 
-    prof = import_paths([profile])
-    events, source = device_events(prof, rules)
-    if not len(events):
-        from mmprof.errors import NoEvidence
-
+    frame = events_of(import_paths([profile]), rules)
+    if not len(frame):
         raise NoEvidence(f"{profile}: no kernel events and no CPU ops to classify")
-    cov = coverage(list(events["name"]), list(events["dur_ns"]), rules, source=source)
+    cov = coverage(frame)
     if as_json:
         d = cov.to_dict()
         d["unclassified"] = d["unclassified"][: top if not unclassified else None]
         echo_json(d)
         return
-    render(cov, top=top, show_unclassified=unclassified)
-
-
-def render(cov, top: int = 25, show_unclassified: bool = False) -> None:
-    from rich.table import Table
-
-    con = console()
-    what = "kernels" if cov.source == "kernels" else "CPU ops (no GPU kernels)"
-    con.print(f"{cov.events:,} {what}, {cov.total_ns / 1e6:,.3f} ms; unclassified: "
-              f"[{'red' if cov.unclassified_share > 0.05 else 'green'}]{100 * cov.unclassified_share:.2f}%[/] of time "
-              f"({len(cov.unclassified)} names)")
-    for title, rows, key in (("by family", cov.by_family, "family"), ("by library", cov.by_library, "library")):
-        t = Table(title=title, title_justify="left")
-        t.add_column(key)
-        for col in ("count", "ms", "share"):
-            t.add_column(col, justify="right")
-        for r in rows[:top]:
-            t.add_row(str(r[key]), f"{r['count']:,}", f"{r['time_ns'] / 1e6:,.3f}", f"{100 * r['share']:.1f}%")
-        con.print(t)
-    if show_unclassified:
-        t = Table(title="unclassified names", title_justify="left")
-        t.add_column("name", overflow="fold")
-        t.add_column("count", justify="right")
-        t.add_column("ms", justify="right")
-        for r in cov.unclassified[:top]:
-            t.add_row(r["name"], f"{r['count']:,}", f"{r['time_ns'] / 1e6:,.3f}")
-        con.print(t)
+    text.render_coverage(cov, console(), top=top, show_unclassified=unclassified)

@@ -40,7 +40,8 @@ def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | No
     --shared-expert separate` exits 1 with FP001).
     """
     from mmprof.analysis.classify import load_rules
-    from mmprof.analysis.fastpath import load_spec, verify
+    from mmprof.analysis.checks.spec import load_spec
+    from mmprof.analysis.checks.verify import verify
     from mmprof.errors import BadInput
 
     if (profile is None) == (not do_run):

@@ -14,6 +14,7 @@ from pathlib import Path
 from mmprof.errors import BadInput, UnsupportedFormat
 from mmprof.fileio import head_bytes
 from mmprof.profiles.model import Profile, merge_profiles
+from mmprof.units import fmt_ranges
 
 # format name -> module implementing load(files, rank)
 IMPORTERS: dict[str, str] = {
@@ -173,18 +174,6 @@ def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: s
     return prof
 
 
-def _ranges(xs: list[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
-    out, start = [], None
-    for i, x in enumerate(xs):
-        if start is None:
-            start = x
-        if i + 1 == len(xs) or xs[i + 1] != x + 1:
-            out.append(str(start) if start == x else f"{start}-{x}")
-            start = None
-    return ", ".join(out)
-
-
 def _warn_missing_ranks(prof: Profile) -> None:
     """A multi-rank run imported without all its ranks says which are missing (never silently partial)."""
     ws = (prof.meta.get("parallel") or {}).get("world_size")
@@ -192,7 +181,8 @@ def _warn_missing_ranks(prof: Profile) -> None:
         return
     missing = sorted(set(range(ws)) - set(prof.ranks))
     if missing:
-        msg = (f"{len(missing)} of {ws} ranks have no trace in these inputs (missing: {_ranges(missing)}); "
+        listed = fmt_ranges(missing, sep=", ")
+        msg = (f"{len(missing)} of {ws} ranks have no trace in these inputs (missing: {listed}); "
                "cross-rank results cover the ranks present only")
         warnings = prof.meta.setdefault("warnings", [])
         if msg not in warnings:

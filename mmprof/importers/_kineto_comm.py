@@ -18,6 +18,8 @@ from bisect import bisect_left
 
 import numpy as np
 
+from mmprof.units import dtype_bytes
+
 _COMM_KERNEL = re.compile(r"^(?:void\s+)?(?:nccl|rccl|ncclDev|ncclKernel)", re.IGNORECASE)
 _KERNEL_COLL = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|Send|Recv|AllToAll|AlltoAll)",
                           re.IGNORECASE)
@@ -25,13 +27,6 @@ _KERNEL_COLL = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|
 # record_param_comms entries that mark a wait on a work handle, not a data transfer
 SKIP_NAMES = {"wait", "wait_tensor"}
 
-DTYPE_BYTES = {
-    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
-    "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "int16": 2, "char": 1, "int8": 1,
-    "byte": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
-    "float8_e5m2fnuz": 1, "complexfloat": 8, "complexdouble": 16, "uint16": 2, "uint32": 4, "uint64": 8,
-    "complex64": 8, "complex128": 16,
-}
 
 
 def normalize_collective(name: str | None) -> str | None:
@@ -49,19 +44,16 @@ def normalize_collective(name: str | None) -> str | None:
     return s.strip("_")
 
 
-def dtype_bytes(dtype: str | None) -> int:
-    if not dtype:
-        return -1
-    return DTYPE_BYTES.get(dtype.lower().replace("c10::", "").replace("torch.", ""), -1)
-
-
 def _nbytes(nelems, dtype) -> int:
+    """Message bytes from an element count and a dtype name; -1 when either is unknown."""
     size = dtype_bytes(dtype)
+    if nelems is None or size is None:
+        return -1
     try:
         n = int(nelems)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return -1
-    return n * size if size > 0 and n >= 0 else -1
+    return n * size if n >= 0 else -1
 
 
 def _ranks_text(v) -> str | None:
@@ -194,7 +186,7 @@ def torch_dtype(cpp: str | None) -> str | None:
         return None
     k = cpp.strip().lower()
     name = _CPP_DTYPE.get(k) or k.replace("c10::", "")
-    return name if dtype_bytes(name) > 0 else None
+    return name if dtype_bytes(name) else None
 
 
 def _prod(shape) -> int | None:
@@ -372,7 +364,7 @@ def host_collectives(imp, comm_ops: list[int]) -> None:
             n_out = n_in * gsize
         if name == "reduce_scatter" and n_in is None and n_out is not None and gsize > 0:
             n_in = n_out * gsize
-        nbytes = lambda n: 0 if n == 0 else -1 if n is None or dtype is None else n * dtype_bytes(dtype)  # noqa: E731
+        nbytes = lambda n: 0 if n == 0 else _nbytes(n, dtype)  # noqa: E731
         if name != "barrier" and dtype is None:
             n_nodtype += 1
         phase = int(ocols["phase"][i]) if "phase" in ocols else -1
@@ -385,7 +377,7 @@ def host_collectives(imp, comm_ops: list[int]) -> None:
         for k, (j, gcoll, gn, gdt) in enumerate(gloo):
             n_out = gn * gsize if gcoll == "allgather" and gn is not None and gsize > 0 else (
                 gn if gcoll in IN_PLACE else None)
-            nb = lambda n: -1 if n is None or gdt is None else n * dtype_bytes(gdt)  # noqa: E731
+            nb = lambda n: _nbytes(n, gdt)  # noqa: E731
             lane, t0 = imp.ann_lane[j:j + 1], imp.ann_start[j:j + 1]
             op = int(imp.op_nest.enclosing(lane, t0)[0]) if len(imp.op_start) else -1
             b.row("collectives", rank=imp.rank, start_ns=int(imp.ann_start[j]),

@@ -2,8 +2,7 @@
 
 Scope semantics match the Kineto importer (DEVELOPERS.md "Scope labels"): a kernel's `scope` is the innermost
 CPU range (roctx / NVTX) enclosing its launch call on the launching thread, `scope_path` all enclosing ranges
-outermost first joined by " > ", `phase` from a range name containing "prefill"/"decode", `step` from
-"mmprof.step.N" or "ProfilerStep#N".
+outermost first joined by " > "; phase and step are read by `mmprof.labels`.
 """
 
 from __future__ import annotations
@@ -12,18 +11,17 @@ import bisect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from mmprof import __version__
 from mmprof.errors import BadInput
+from mmprof.labels import SEP, phase_of_path, step_of_path
 from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
 from mmprof.profiles.schema import TABLES
 
-_RANK_NAME = re.compile(r"(?:^|[^a-z0-9])rank[_\-.]?(\d+)(?![0-9])", re.IGNORECASE)
 RANK_ENV_KEYS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK",
                  "PALS_RANKID", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
                  "SLURM_LOCALID")
-_STEP = re.compile(r"(?:mmprof\.step\.|ProfilerStep#)(\d+)")
 
 COLLECTIVE_NAMES = {
     "allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reduce_scatter",
@@ -31,12 +29,6 @@ COLLECTIVE_NAMES = {
     "alltoallv": "alltoall", "sendrecv": "sendrecv", "send": "send", "recv": "recv", "gather": "gather",
     "scatter": "scatter",
 }
-
-
-def rank_from_name(path: Path | str) -> int | None:
-    """Rank from a file name such as `trace_rank3.db`, `rank-3.sqlite`, `out.rank_12.csv`; else None."""
-    m = _RANK_NAME.search(Path(path).name)
-    return int(m.group(1)) if m else None
 
 
 def rank_from_env(env: dict[str, Any] | None) -> int | None:
@@ -92,27 +84,6 @@ def drop_idle(units: list, gpu_work: list[bool], labels: list[str]) -> tuple[lis
     warnings = [f"{lab}: no kernels or copies (a CPU-only process such as an API server); left out"
                 for lab, g in zip(labels, gpu_work) if not g]
     return [u for u, g in zip(units, gpu_work) if g], warnings
-
-
-def phase_of(names: Iterable[str]) -> str | None:
-    """'prefill' or 'decode' from the first (outermost) range name that mentions one; else None."""
-    for n in names:
-        low = n.lower()
-        if "prefill" in low:
-            return "prefill"
-        if "decode" in low:
-            return "decode"
-    return None
-
-
-def step_of(names: Iterable[str]) -> int:
-    """Step number from 'mmprof.step.N' / 'ProfilerStep#N' in the innermost such name; -1 when none."""
-    step = -1
-    for n in names:
-        m = _STEP.search(n)
-        if m:
-            step = int(m.group(1))
-    return step
 
 
 @dataclass
@@ -200,8 +171,8 @@ def attribute(nest: ScopeNest | None, tids: Sequence[int], times: Sequence[int]
         hit = cache.get(key)
         if hit is None:
             names = [nest.names[i] for i in chain]
-            hit = (names[-1] if names else None, " > ".join(names) if names else None, phase_of(names),
-                   step_of(names))
+            hit = (names[-1] if names else None, SEP.join(names) if names else None, phase_of_path(names),
+                   step_of_path(names))
             cache[key] = hit
         scope.append(hit[0])
         path.append(hit[1])

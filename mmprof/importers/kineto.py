@@ -29,6 +29,7 @@ from mmprof.fileio import read_bytes
 from mmprof.importers import _kineto_meta as km
 from mmprof.importers._chrome import Args, decode
 from mmprof.importers._nesting import Lanes, _ints, _to_int, to_ns
+from mmprof.labels import phase_of, rank_from_name, step_of
 from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
 
 KERNEL_CATS = {"kernel", "Kernel"}
@@ -45,8 +46,6 @@ KNOWN_SKIPPED = {None, "ac2g", "async_cpu_to_gpu", "async_gpu", "fwdbwd", "fwd_b
                  "external_correlation", "collective_comm", "mtia_ccp_events", "hpu_op", "Python",
                  "gpu_mem_alloc", "memory", "Memory"}
 
-_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
-_STEP = re.compile(r"^(?:mmprof\.step\.|ProfilerStep#)(\d+)$")
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _EMPTY = Args()
 
@@ -80,11 +79,6 @@ def load(files: list[Path], rank: int | None = None) -> Profile:
     elif len(sizes) > 1:
         merged.meta.setdefault("warnings", []).append(f"files disagree on world size: {sorted(sizes)}")
     return merged
-
-
-def rank_from_name(path: Path) -> int | None:
-    m = _RANK_IN_NAME.search(path.name)
-    return int(m.group(1)) if m else None
 
 
 def load_one(path: str | os.PathLike, rank: int | None = None, many: bool = False) -> Profile:
@@ -135,20 +129,6 @@ def _load_one(path: Path, rank: int | None, many: bool) -> Profile:
     meta = km.build_meta(trace, path, r, dist, b, warnings)
     b.builder.meta = meta
     return b.builder.build()
-
-
-_PHASE = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])")
-
-
-def _phase_of(name: str) -> str | None:
-    """'prefill'/'decode' when the name holds the word (mmprof.decode, decode_step; not 'decoder')."""
-    m = _PHASE.search(name.lower())
-    return m.group(1) if m else None
-
-
-def _step_of(name: str) -> int:
-    m = _STEP.match(name)
-    return int(m.group(1)) if m else -1
 
 
 class _Importer:
@@ -344,11 +324,11 @@ class _Importer:
         for i in lanes.order.tolist():  # parents come before children in this order
             p = par[i]
             nm = names[i]
-            ph = _phase_of(nm)
-            sp = _step_of(nm)
+            ph = phase_of(nm)
+            sp = step_of(nm)
             if p >= 0:
                 path[i] = path[p] + " > " + nm
-                phase[i] = ph or phase[p]
+                phase[i] = phase[p] or ph  # the outermost label that names a phase
                 step[i] = sp if sp >= 0 else step[p]
             else:
                 path[i] = nm

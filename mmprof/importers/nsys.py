@@ -18,8 +18,9 @@ from typing import Any
 
 from mmprof.errors import BadInput
 from mmprof.importers._devices import describe_device
-from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta, extend, finish,
-                                        rank_from_env, rank_from_name)
+from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta, extend,
+                                        finish, rank_from_env)
+from mmprof.labels import rank_from_name, rank_from_text
 from mmprof.profiles.model import Profile, ProfileBuilder
 
 _VSUFFIX = re.compile(r"_v\d+$")
@@ -29,7 +30,6 @@ _COPY_KIND = {0: None, 1: "HtoD", 2: "DtoH", 3: "HtoD", 4: "DtoH", 5: "DtoD", 6:
               9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
 _ENUM_DIR = {"HTOD": "HtoD", "DTOH": "DtoH", "HTOA": "HtoD", "ATOH": "DtoH", "ATOA": "DtoD", "ATOD": "DtoD",
              "DTOA": "DtoD", "DTOD": "DtoD", "HTOH": "HtoH", "PTOP": "PtoP"}
-_RANK_TEXT = re.compile(r"\brank\s*[#:=]?\s*(\d+)", re.IGNORECASE)
 
 
 class _Db:
@@ -137,9 +137,9 @@ def _rank_hint(db: _Db, pid: int, single: bool) -> int | None:
         texts += [t for (t,) in db.q(f"SELECT text FROM NVTX_EVENTS WHERE eventType = 39 AND text IS NOT NULL "
                                      f"AND ((globalTid >> 24) & {_MASK}) = {int(pid)}")]
     for t in texts:
-        m = _RANK_TEXT.search(t)
-        if m:
-            return int(m.group(1))
+        r = rank_from_text(t)
+        if r is not None:
+            return r
     return rank_from_name(db.path) if single else None
 
 

@@ -23,7 +23,8 @@ from typing import Any
 from mmprof.errors import BadInput, UnsupportedFormat
 from mmprof.importers._devices import describe_device
 from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta, finish,
-                                        collective_name, drop_idle, extend, rank_from_env, rank_from_name)
+                                        collective_name, drop_idle, extend, rank_from_env)
+from mmprof.labels import rank_from_name
 from mmprof.profiles.model import Profile, ProfileBuilder
 
 _UUID_SUFFIX = r"_[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape as _esc
 
 from mmprof.analysis.timeline import CATEGORIES, LABELS
-from mmprof.render.terminal_report import fmt_ns, fmt_pct
+from mmprof.units import fmt_ns, fmt_pct
 
 COLORS = {"compute_bound": "#d62728", "memory_bound": "#1f77b4", "unattributed": "#9e9e9e",
           "communication": "#ff7f0e", "memcpy": "#8c564b", "idle_host": "#e377c2", "idle_other": "#dddddd"}

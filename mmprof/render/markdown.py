@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from mmprof.render.terminal_report import fmt_ns, fmt_pct
+from mmprof.units import fmt_ns, fmt_pct
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-!|~])")
 
@@ -84,3 +84,24 @@ def report_markdown(report, top: int = 10) -> str:
     for w in report.warnings:
         lines += ["", f"> ⚠ {md_escape(w)}"]
     return "\n".join(lines) + "\n"
+
+
+CHECKS_HEADER = """# Check codes
+
+Stable codes in the style of ruff's registry: `FP` for fast-path checks and assertion kinds, `SH` for shape
+findings. `mmprof/rules/checks.toml` is the machine-readable source; `mmprof rules` lists them (`--json`, or
+`mmprof rules CODE` for one) and this section is generated from it (`mmprof rules --markdown`); a test keeps
+the two in sync. FP000-FP004 run as built-in checks (select them with `checks = [...]` in a spec); FP003-FP006
+are also the codes spec assertions report under (`require` / `dispatch` -> FP003, `forbid` -> FP004,
+`max_launches` -> FP005, `forbid_pattern` -> FP006). SH codes are the findings of `mmprof shapes`.
+"""
+
+
+def checks_markdown(checks) -> str:
+    """The documentation of every check code (CheckInfo objects), one section each."""
+    parts = [CHECKS_HEADER]
+    for c in checks:
+        parts.append(f"## {c.code} {c.name}\n\nStatus: {c.status}; severity: {c.severity}.\n\n{c.summary}\n\n"
+                     f"**What it does.** {c.what}\n\n**Why is this bad?** {c.why}\n\n**Example.** {c.example}\n\n"
+                     f"**Known problems.** {c.known_problems}\n")
+    return "\n".join(parts)

@@ -12,29 +12,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from mmprof.analysis.timeline import CATEGORIES
+from mmprof.units import fmt_ns, fmt_pct
 
 TOP_ROWS = 12
 SHORT = {"compute_bound": "compute", "memory_bound": "memory", "unattributed": "unattrib.",
          "communication": "comm exposed", "memcpy": "memcpy", "idle_host": "idle host", "idle_other": "idle other"}
-
-
-def fmt_ns(ns: float | None) -> str:
-    if ns is None:
-        return "-"
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.1f} us"
-    return f"{ns:.0f} ns"
-
-
-def fmt_pct(x: float | None, signed: bool = False) -> str:
-    if x is None:
-        return "-"
-    return f"{x:+.1%}" if signed else f"{x:.1%}"
 
 
 def _short(s: str, n: int = 70) -> str:

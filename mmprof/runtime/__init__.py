@@ -19,6 +19,8 @@ Public API (stable; other mmprof modules use only these names):
 - `model.dispatch` - a `DispatchLog`; `.rows()` gives dicts with the Profile `dispatch` table columns.
 - `scope(name)` - record_function + NVTX/roctx range; `set_scopes_enabled(bool)` turns all scopes off/on.
 - `measure_selection_overlap(model, workload) -> OverlapResult` - adjacent sparse layers' selection agreement.
+- `analytic(args, tp, ep, batch, seq, phase, dtype) -> ShapesResult` - per-rank shapes of every rank, built on
+  the meta device (`mmprof shapes --tp N`); `layer_kinds(args)`.
 - `init_distributed()` - process group from torchrun env (gloo on CPU, NCCL/RCCL on GPUs);
   `python -m mmprof.runtime.launch` is a torchrun entry point.
 
@@ -35,7 +37,7 @@ _LAZY = {
     "load_weights": ".weights", "Workload": ".generate", "GenerateResult": ".generate", "generate": ".generate",
     "DispatchLog": ".dispatch", "DispatchRecord": ".dispatch", "scope": ".scopes", "set_scopes_enabled": ".scopes",
     "measure_selection_overlap": ".overlap", "OverlapResult": ".indexer", "make_cache": ".kvcache",
-    "init_distributed": ".dist",
+    "init_distributed": ".dist", "analytic": ".shapes", "layer_kinds": ".shapes",
 }
 
 __all__ = ["PRESETS", "ModelArgs", "from_hf_config", "get_preset", "load_config", "ShardPlan", "ShardRefused",

@@ -17,6 +17,7 @@ from typing import Iterator
 _NVTX: bool | None = None
 _ENABLED = os.environ.get("MMPROF_SCOPES", "1") != "0"
 _NULL = contextlib.nullcontext()
+_STACK: list[str] | None = None  # the open scopes' names while `tracked_scopes()` runs
 
 
 def set_scopes_enabled(enabled: bool) -> bool:
@@ -42,6 +43,20 @@ def _nvtx_enabled() -> bool:
 
 @contextlib.contextmanager
 def _scope(name: str) -> Iterator[None]:
+
+    stack = _STACK
+    if stack is not None:
+        stack.append(name)
+    try:
+        with _range(name):
+            yield
+    finally:
+        if stack is not None:
+            stack.pop()
+
+
+@contextlib.contextmanager
+def _range(name: str) -> Iterator[None]:
     import torch
 
     with torch.profiler.record_function(name):
@@ -58,3 +73,17 @@ def _scope(name: str) -> Iterator[None]:
 def scope(name: str):
     """`with scope("layers.3.attn.core"): ...`"""
     return _scope(name) if _ENABLED else _NULL
+
+
+@contextlib.contextmanager
+def tracked_scopes() -> Iterator[list[str]]:
+    """Scopes switched on, and the names of those open at any moment (outermost first) in the yielded list,
+    while the block runs (for `mmprof shapes --live`, which labels each call it sees with them)."""
+    global _STACK
+    prev_stack, prev_enabled = _STACK, set_scopes_enabled(True)
+    _STACK = []
+    try:
+        yield _STACK
+    finally:
+        _STACK = prev_stack
+        set_scopes_enabled(prev_enabled)

@@ -1,8 +1,8 @@
-"""The built-in fast-path checks (FP000-FP004), each a function of the evaluation Context.
+"""The built-in fast-path checks FP000-FP004, registered by code; each a function of the evaluation Context.
 
 Each returns (status, message, evidence lines, data). They judge from the best evidence available, in order:
-the runtime's dispatch log, scope attribution (regions), and, for FP002 only, kernel names and counts per
-step. With none of these they return no_evidence, never pass.
+the runtime's dispatch log, the structure of the profile (regions from annotations, module events or shapes),
+and, for FP002 only, kernel names and counts per step. With none of these they return no_evidence, never pass.
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from mmprof.analysis.fastpath_eval import Context, _fmt_ns, _layers_text, _top_kernels
+from mmprof.analysis.checks.context import Context, top_kernels
+from mmprof.analysis.checks.registry import check
+from mmprof.units import fmt_ns, fmt_ranges
 
 Verdict = tuple[str, str, list[str], dict[str, Any]]
 
 
+@check("FP000")
 def fp000(ctx: Context) -> Verdict:
     ev = ctx.events
     what = "kernel" if ctx.source == "kernels" else "leaf CPU op"
@@ -24,11 +27,12 @@ def fp000(ctx: Context) -> Verdict:
         return ("no_evidence", "the profile has no kernel events and no CPU ops: nothing to verify "
                 "(was the GPU activity captured?)", [], {"events": 0})
     attributed = int(ev["region"].notna().sum())
-    return ("pass", f"{len(ev)} {what} events ({_fmt_ns(ev['dur_ns'].sum())}), {attributed} attributed to regions, "
+    return ("pass", f"{len(ev)} {what} events ({fmt_ns(ev['dur_ns'].sum())}), {attributed} attributed to regions, "
             f"{len(ctx.dispatch)} dispatch rows", [], {"events": int(len(ev)), "attributed": attributed,
                                                          "dispatch_rows": int(len(ctx.dispatch))})
 
 
+@check("FP001")
 def fp001(ctx: Context) -> Verdict:
     """Shared expert launched separately: dispatch `moe.shared`=separate, or events under layers.*.moe.shared."""
     ev, d = ctx.events, ctx.dispatch
@@ -39,7 +43,7 @@ def fp001(ctx: Context) -> Verdict:
         sep = rows[rows["impl"] == "separate"]
         if len(sep):
             verdicts.append("fail")
-            evidence.append(f"dispatch log: moe.shared = separate in layers {_layers_text(sep['layer'])} "
+            evidence.append(f"dispatch log: moe.shared = separate in layers {fmt_ranges(sep['layer'])} "
                             f"({len(sep)} calls; requested {', '.join(sorted(map(str, sep['requested'].dropna().unique()))) or '-'})")
         else:
             verdicts.append("pass")
@@ -52,13 +56,13 @@ def fp001(ctx: Context) -> Verdict:
             verdicts.append("fail")
             gemms = shared[shared["family"].isin(["gemm", "grouped_gemm"])]
             per = gemms.groupby(["rank", "step", "layer"]).size()
-            evidence.append(f"{len(shared)} events ({_fmt_ns(shared['dur_ns'].sum())}) under layers.*.moe.shared in "
-                            f"layers {_layers_text(shared['layer'])}; {int(per.max()) if len(per) else 0} GEMMs per layer-step")
-            evidence += _top_kernels(shared, 4)
+            evidence.append(f"{len(shared)} events ({fmt_ns(shared['dur_ns'].sum())}) under layers.*.moe.shared in "
+                            f"layers {fmt_ranges(shared['layer'])}; {int(per.max()) if len(per) else 0} GEMMs per layer-step")
+            evidence += top_kernels(shared, 4)
         elif len(moe):
             verdicts.append("pass")
             evidence.append(f"no events under layers.*.moe.shared; {len(moe)} MoE events in layers "
-                            f"{_layers_text(moe['layer'])}")
+                            f"{fmt_ranges(moe['layer'])}")
     data = {"judged_from": [s for s, ok in (("dispatch", len(rows) > 0), ("scopes", len(ev) > 0 and ev["role"].notna().any())) if ok]}
     if "fail" in verdicts:
         return "fail", "the shared expert ran as a separate MLP in MoE layers", evidence, data
@@ -110,6 +114,7 @@ def _adjacent_pairs(computed: set[int], sparse: list[int] | None) -> list[tuple[
     return pairs
 
 
+@check("FP002")
 def fp002(ctx: Context) -> Verdict:
     """Block selection recomputed on adjacent sparse layers."""
     ev, d = ctx.events, ctx.dispatch
@@ -137,7 +142,7 @@ def fp002(ctx: Context) -> Verdict:
                 "computed_per_step": max(computed) if computed else 0}
         if bad:
             (rank, step), pairs = next(iter(sorted(bad.items())))
-            evid = [f"rank {rank} step {step}: selection computed in layers {_layers_text(per_step[(rank, step)])}"
+            evid = [f"rank {rank} step {step}: selection computed in layers {fmt_ranges(per_step[(rank, step)])}"
                     f"{f' of {n_sparse} sparse layers' if n_sparse else ''}; adjacent pairs {pairs[:6]}"]
             return ("fail", f"block selection recomputed on adjacent sparse layers in {len(bad)} of {len(per_step)} "
                     f"steps (from the {judged})", evid, data)
@@ -164,7 +169,7 @@ def fp002(ctx: Context) -> Verdict:
             data = {"judged_from": "kernel counts", "sparse_layers": n_sparse, "max_per_step": worst, "limit": limit,
                     "steps": int(len(counts))}
             evid = [f"up to {worst} indexer-score launches per step for {n_sparse} sparse layers",
-                    *_top_kernels(idx, 2)]
+                    *top_kernels(idx, 2)]
             if worst > limit:
                 return ("fail", f"{worst} selections per step for {n_sparse} sparse layers (> {limit}): some adjacent "
                         "sparse layers recompute the block selection", evid, data)
@@ -173,6 +178,7 @@ def fp002(ctx: Context) -> Verdict:
             "cannot judge block-selection reuse", [], {})
 
 
+@check("FP003")
 def fp003(ctx: Context) -> Verdict:
     """Dispatch rows whose implementation differs from the one requested."""
     d = ctx.dispatch
@@ -191,16 +197,17 @@ def fp003(ctx: Context) -> Verdict:
     if len(mism):
         ev = []
         for (op, req_impl, impl, reason), g in mism.groupby(["op", "requested", "impl", "reason"], dropna=False):
-            ev.append(f"{op}: requested {req_impl}, ran {impl} in layers {_layers_text(g['layer'])} ({len(g)} calls)"
+            ev.append(f"{op}: requested {req_impl}, ran {impl} in layers {fmt_ranges(g['layer'])} ({len(g)} calls)"
                       + (f"; reason: {reason}" if isinstance(reason, str) else ""))
         return "fail", f"{len(mism)} of {len(d)} dispatched calls did not run the requested implementation", ev, data
     ops = ", ".join(sorted({str(o) for o in d["op"].dropna()}))
-    notes = [f"{op}: {impl_} for requested {req_impl} in layers {_layers_text(g['layer'])} ({len(g)} calls)"
+    notes = [f"{op}: {impl_} for requested {req_impl} in layers {fmt_ranges(g['layer'])} ({len(g)} calls)"
              + (f"; {reason}" if isinstance(reason, str) else "")
              for (op, req_impl, impl_, reason), g in variants.groupby(["op", "requested", "impl", "reason"], dropna=False)]
     return "pass", f"all {len(d)} dispatched calls ran the requested implementation ({ops})", notes, data
 
 
+@check("FP004")
 def fp004(ctx: Context) -> Verdict:
     """Events classified as a fallback path."""
     ev = ctx.events
@@ -209,7 +216,7 @@ def fp004(ctx: Context) -> Verdict:
     fb = ev[ev["path"] == "fallback"]
     if len(fb):
         regions = fb["region"].dropna().astype(str).str.replace(r"^layers\.\d+\.", "layers.*.", regex=True).unique()
-        return ("fail", f"{len(fb)} fallback events ({_fmt_ns(fb['dur_ns'].sum())}) in "
-                f"{', '.join(sorted(regions)) or 'unattributed code'}", _top_kernels(fb),
+        return ("fail", f"{len(fb)} fallback events ({fmt_ns(fb['dur_ns'].sum())}) in "
+                f"{', '.join(sorted(regions)) or 'unattributed code'}", top_kernels(fb),
                 {"events": int(len(fb)), "rules": sorted(map(str, fb["rule"].dropna().unique()))})
     return "pass", f"none of {len(ev)} events is classified as a fallback path", [], {"events": int(len(ev))}

@@ -1,11 +1,7 @@
-"""Fast-path verification: the spec language (TOML), its loader, and the evaluator.
+"""The fast-path spec language (TOML): assertions about which kernel variants dispatched in which op regions,
+plus the built-in checks to run. `load_spec()` reads one; `mmprof.analysis.checks.verify` evaluates it.
 
-A spec lists assertions about which kernel variants dispatched in which op regions, plus the built-in checks
-to run (codes FP000-FP006, documented in mmprof/rules/checks.toml and docs/rules.md). `verify()` returns a
-`VerifyResult`; the CLI renders it (rich / JSON / JUnit) and exits with `VerifyResult.exit_code`:
-0 every assertion passed, 1 a violation, 2 no evidence for at least one assertion (never a pass).
-
-Assertion kinds (docs/fastpath.md has the full reference):
+Assertion kinds (docs/fastpath.md has the full reference; each kind has a code in rules/checks.toml):
     require         region must dispatch family / variant / library (in every layer, or >= min_time_share)
     forbid          region must not dispatch a selector (or must not exist, when no selector is given)
     max_launches    at most `max` events per rank, step and layer in the region
@@ -17,32 +13,24 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+RULES_DIR = Path(__file__).resolve().parent.parent.parent / "rules"
+MAX_LAYER = 65535  # a layer index above this is not a layer of any model
 BUILTIN_SPEC = RULES_DIR / "builtin_fastpath.toml"
 KINDS = {"require": "FP003", "forbid": "FP004", "max_launches": "FP005", "forbid_pattern": "FP006", "dispatch": "FP003"}
 BUILTIN_CHECKS = ("FP000", "FP001", "FP002", "FP003", "FP004")
 _ASSERT_KEYS = {"id", "kind", "code", "description", "region", "phase", "layers", "family", "variant", "library",
                 "path", "name", "every_layer", "min_time_share", "max", "pattern", "op", "impl", "within"}
 _SPEC_KEYS = {"id", "description", "checks", "sparse_layers", "moe_layers", "example"}
-
-
-def load_checks() -> dict[str, dict[str, str]]:
-    """The rule registry: code -> {name, status, severity, summary, what, why, example, known_problems}."""
-    doc = tomllib.loads((RULES_DIR / "checks.toml").read_text(encoding="utf-8"))
-    return {c["code"]: c for c in doc["check"]}
 
 
 def _as_list(v: Any, where: str, key: str) -> list[str]:
@@ -59,16 +47,20 @@ def _parse_layers(v: Any, where: str) -> frozenset[int] | None:
     """`layers = "3-59"`, `"3-5,8"`, or a list of ints."""
     if v is None:
         return None
-    if isinstance(v, list) and all(isinstance(x, int) for x in v):
+    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        if any(not 0 <= x <= MAX_LAYER for x in v):
+            raise BadInput(f"{where}: layer indices must be in 0..{MAX_LAYER}")
         return frozenset(v)
     if isinstance(v, str):
         out: set[int] = set()
         for part in v.split(","):
             part = part.strip()
-            m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
+            m = re.fullmatch(r"(\d{1,9})(?:\s*-\s*(\d{1,9}))?", part)
             if not m:
-                raise BadInput(f"{where}: bad layer range {part!r} (use e.g. \"3-59\" or \"0,2,4-6\")")
+                raise BadInput(f"{where}: bad layer range {part[:40]!r} (use e.g. \"3-59\" or \"0,2,4-6\")")
             lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+            if hi > MAX_LAYER or lo > hi:
+                raise BadInput(f"{where}: bad layer range {part[:40]!r} (layers are 0..{MAX_LAYER}, low to high)")
             out.update(range(lo, hi + 1))
         return frozenset(out)
     raise BadInput(f"{where}: `layers` must be a range string like \"3-59\" or a list of integers")
@@ -96,8 +88,6 @@ class Selector:
         return ", ".join(parts) or "any kernel"
 
     def mask(self, df: Any) -> Any:
-        import numpy as np
-
         m = np.ones(len(df), dtype=bool)
         for col, globs in (("family", self.family), ("variant", self.variant), ("library", self.library),
                            ("path", self.path)):
@@ -111,9 +101,6 @@ class Selector:
 
 def unique_map(series: Any, fn: Any) -> Any:
     """Apply a str -> bool predicate once per distinct value (events have ~1M rows but few distinct names)."""
-    import numpy as np
-    import pandas as pd
-
     vals = series.astype(object).where(series.notna(), None).to_numpy()
     codes, uniq = pd.factorize(vals, use_na_sentinel=True)
     lut = np.array([bool(fn(str(u))) for u in uniq] + [False], dtype=bool)
@@ -181,6 +168,17 @@ def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
     kind = raw.get("kind")
     if kind not in KINDS:
         raise BadInput(f"{w}: `kind` must be one of {', '.join(KINDS)} (got {kind!r})")
+    for key in ("description", "phase", "pattern", "op", "name", "code"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise BadInput(f"{w}: `{key}` must be a string")
+    for key in ("every_layer",):
+        if raw.get(key) is not None and not isinstance(raw[key], bool):
+            raise BadInput(f"{w}: `{key}` must be true or false")
+    if raw.get("max") is not None and (not isinstance(raw["max"], int) or isinstance(raw["max"], bool)):
+        raise BadInput(f"{w}: `max` must be an integer")
+    share = raw.get("min_time_share")
+    if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float))):
+        raise BadInput(f"{w}: `min_time_share` must be a number in (0, 1]")
     sel = Selector(family=tuple(_as_list(raw.get("family"), w, "family")),
                    variant=tuple(_as_list(raw.get("variant"), w, "variant")),
                    library=tuple(_as_list(raw.get("library"), w, "library")),
@@ -239,6 +237,9 @@ def parse_spec(doc: dict[str, Any], source: str) -> Spec:
     if bad:
         raise BadInput(f"{source}: [spec] checks: {', '.join(bad)} cannot run stand-alone; built-in checks are "
                        f"{', '.join(BUILTIN_CHECKS)} (FP005/FP006 are the codes of max_launches / forbid_pattern)")
+    if not doc:
+        raise BadInput(f"{source}: the spec file is empty (expected a [spec] table and/or [[assert]] tables); "
+                       "leave out --spec to use the built-in spec")
     raw = doc.get("assert", [])
     if not isinstance(raw, list):
         raise BadInput(f"{source}: assertions go in [[assert]] tables")
@@ -246,6 +247,14 @@ def parse_spec(doc: dict[str, Any], source: str) -> Spec:
     assertions = [_parse_assertion(r, source, seen) for r in raw]
     if not assertions and not checks:
         raise BadInput(f"{source}: the spec has no assertions and no checks; nothing to verify")
+    for key in ("id", "description"):
+        if head.get(key) is not None and not isinstance(head[key], str):
+            raise BadInput(f"{source}: [spec] `{key}` must be a string")
+    for key in ("sparse_layers", "moe_layers"):
+        v = head.get(key)
+        if v is not None and not ((isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_LAYER) or
+                                  (isinstance(v, list) and all(isinstance(x, int) and 0 <= x <= MAX_LAYER for x in v))):
+            raise BadInput(f"{source}: [spec] `{key}` must be a count (1..{MAX_LAYER}) or a list of layer indices")
     return Spec(id=str(head.get("id") or Path(source).stem), description=head.get("description", ""), source=source,
                 checks=checks, assertions=assertions, sparse_layers=head.get("sparse_layers"),
                 moe_layers=head.get("moe_layers"), example=bool(head.get("example", False)))
@@ -256,92 +265,3 @@ def load_spec(path: str | Path | None = None) -> Spec:
     p = Path(path) if path is not None else BUILTIN_SPEC
     doc = read_toml(p, "spec")
     return parse_spec(doc, "builtin:" + p.name if path is None else str(p))
-
-
-# --------------------------------------------------------------------------------------------- results
-@dataclass
-class CheckResult:
-    """The verdict of one assertion or built-in check. status: pass | fail | no_evidence."""
-
-    id: str
-    code: str
-    kind: str
-    status: str
-    message: str
-    description: str = ""
-    evidence: list[str] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "code": self.code, "kind": self.kind, "status": self.status, "message": self.message,
-                "description": self.description, "evidence": self.evidence, "data": self.data}
-
-
-@dataclass
-class RegionSummary:
-    """What ran in one region across layers: e.g. `layers.*.moe.routed` in 57 layers."""
-
-    region: str
-    layers: int
-    count: int
-    time_ns: int
-    variants: list[dict[str, Any]]  # family, variant, library, path, count, time_ns, share
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"region": self.region, "layers": self.layers, "count": self.count, "time_ns": self.time_ns,
-                "variants": self.variants}
-
-
-@dataclass
-class VerifyResult:
-    spec_id: str
-    spec_source: str
-    source: str  # kernels | cpu_ops
-    events: int
-    attributed: int
-    results: list[CheckResult]
-    regions: list[RegionSummary]
-    profile: str | None = None
-
-    @property
-    def exit_code(self) -> int:
-        if any(r.status == "fail" for r in self.results):
-            return 1
-        if not self.results or any(r.status == "no_evidence" for r in self.results):
-            return 2
-        return 0
-
-    @property
-    def status(self) -> str:
-        return {0: "pass", 1: "fail", 2: "no_evidence"}[self.exit_code]
-
-    def counts(self) -> dict[str, int]:
-        out = {"pass": 0, "fail": 0, "no_evidence": 0}
-        for r in self.results:
-            out[r.status] += 1
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"spec": self.spec_id, "spec_source": self.spec_source, "profile": self.profile, "status": self.status,
-                "exit_code": self.exit_code, "source": self.source, "events": self.events,
-                "attributed": self.attributed, "counts": self.counts(),
-                "results": [r.to_dict() for r in self.results], "regions": [g.to_dict() for g in self.regions]}
-
-
-def verify(profile: Any, spec: Spec | None = None, rules: Any = None, sparse_layers: Any = None,
-           moe_layers: Any = None, profile_name: str | None = None) -> VerifyResult:
-    """Evaluate the spec's built-in checks and assertions against a profile."""
-    from mmprof.analysis import fastpath_eval as ev
-    from mmprof.analysis.regions import device_events
-
-    spec = spec or load_spec()
-    events, source = device_events(profile, rules)
-    dispatch = ev.dispatch_frame(profile)
-    ctx = ev.Context(events=events, dispatch=dispatch, source=source, meta=profile.meta,
-                     sparse_layers=sparse_layers if sparse_layers is not None else spec.sparse_layers,
-                     moe_layers=moe_layers if moe_layers is not None else spec.moe_layers)
-    results = [ev.run_check(code, ctx) for code in spec.checks]
-    results += [ev.evaluate(a, ctx) for a in spec.assertions]
-    return VerifyResult(spec_id=spec.id, spec_source=spec.source, source=source, events=len(events),
-                        attributed=int(events["region"].notna().sum()) if len(events) else 0,
-                        results=results, regions=ev.region_summaries(events), profile=profile_name)

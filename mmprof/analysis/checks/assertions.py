@@ -1,0 +1,167 @@
+"""The assertion kinds of a fast-path spec (require, forbid, max_launches, forbid_pattern, dispatch), each
+registered under its code. Every function returns a `CheckResult` whose status is pass, fail or no_evidence;
+"nothing matched" is never a pass.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from mmprof.analysis.checks.context import (
+    MAX_EVIDENCE,
+    CheckResult,
+    Context,
+    scoped,
+    seen_regions,
+    top_kernels,
+)
+from mmprof.analysis.checks.registry import check, implementation
+from mmprof.analysis.checks.spec import KINDS, Assertion, glob_mask, unique_map
+from mmprof.units import fmt_ns, fmt_ranges
+
+
+def result(a: Assertion, status: str, message: str, evidence: list[str] | None = None, **data: Any) -> CheckResult:
+    return CheckResult(id=a.id, code=a.code, kind=a.kind, status=status, message=message, description=a.description,
+                       evidence=(evidence or [])[:MAX_EVIDENCE], data=data)
+
+
+
+def evaluate(a: Assertion, ctx: Context) -> CheckResult:
+    """Evaluate one assertion by its kind's registered implementation."""
+    return implementation(KINDS[a.kind], a.kind)(a, ctx)
+
+
+@check("FP003", "require")
+def _require(a: Assertion, ctx: Context) -> CheckResult:
+    ev = scoped(a, ctx.events)
+    where = "|".join(a.region)
+    if not len(ev):
+        return result(a, "no_evidence", f"region {where} matched no events; {seen_regions(ctx.events)}")
+    hit = ev[a.selector.mask(ev)]
+    problems, evidence = [], []
+    share = float(hit["dur_ns"].sum()) / float(ev["dur_ns"].sum()) if ev["dur_ns"].sum() > 0 else (1.0 if len(hit) else 0.0)
+    layered = (ev["layer"] >= 0).any()
+    missing_keys: set[tuple[int, int, int]] = set()
+    if a.every_layer and layered:
+        keys = ["rank", "step", "layer"]
+        all_keys = set(map(tuple, ev[keys].drop_duplicates().to_numpy().tolist()))
+        have = set(map(tuple, hit[keys].drop_duplicates().to_numpy().tolist()))
+        missing_keys = all_keys - have
+        if missing_keys:
+            layers = {k[2] for k in missing_keys}
+            steps = {k[1] for k in missing_keys}
+            problems.append(f"{a.selector.describe()} missing in layers {fmt_ranges(layers)} "
+                            f"({len(missing_keys)} of {len(all_keys)} layer-steps; steps {fmt_ranges(steps)})")
+            idx = ev.set_index(keys).index
+            ran = ev[idx.isin(list(missing_keys))]
+            evidence.append("ran instead: " + "; ".join(top_kernels(ran, 4)))
+    elif not len(hit):
+        problems.append(f"{a.selector.describe()} never ran in {where}")
+        evidence.append("ran instead: " + "; ".join(top_kernels(ev, 4)))
+    if a.min_time_share is not None and share < float(a.min_time_share):
+        problems.append(f"{a.selector.describe()} is {share:.1%} of {where} time, below {float(a.min_time_share):.0%}")
+    data = {"region_events": int(len(ev)), "matched_events": int(len(hit)), "time_share": share,
+            "layers": fmt_ranges(ev["layer"]), "missing_layers": fmt_ranges({k[2] for k in missing_keys})}
+    if problems:
+        return result(a, "fail", "; ".join(problems), evidence, **data)
+    return result(a, "pass", f"{a.selector.describe()} ran in {where}: {len(hit)} of {len(ev)} events, "
+                   f"{share:.1%} of its time, layers {fmt_ranges(hit['layer'])}", top_kernels(hit, 3), **data)
+
+
+def _parent_globs(globs: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(g.rsplit(".", 1)[0] + ".*" if "." in g else "*" for g in globs)
+
+
+@check("FP004", "forbid")
+def _forbid(a: Assertion, ctx: Context) -> CheckResult:
+    ev = scoped(a, ctx.events)
+    where = "|".join(a.region) or "anywhere"
+    if not len(ctx.events):
+        return result(a, "no_evidence", "the profile has no device events")
+    if not len(ev):
+        if a.selector.empty or a.within:
+            ctx_globs = a.within or _parent_globs(a.region)
+            ctx_ev = scoped(Assertion(id=a.id, kind=a.kind, code=a.code, region=ctx_globs, phase=a.phase,
+                                       layers=a.layers), ctx.events)
+            if len(ctx_ev):
+                return result(a, "pass", f"no events in {where} ({len(ctx_ev)} events in its context "
+                               f"{'|'.join(ctx_globs)}, layers {fmt_ranges(ctx_ev['layer'])})",
+                               context_events=int(len(ctx_ev)))
+            return result(a, "no_evidence", f"neither {where} nor its context {'|'.join(ctx_globs)} matched any "
+                           f"event; {seen_regions(ctx.events)}")
+        return result(a, "no_evidence", f"region {where} matched no events; {seen_regions(ctx.events)}")
+    bad = ev if a.selector.empty else ev[a.selector.mask(ev)]
+    if len(bad):
+        what = "events exist" if a.selector.empty else f"{a.selector.describe()} ran"
+        return result(a, "fail", f"{what} in {where}: {len(bad)} events, {fmt_ns(bad['dur_ns'].sum())}, "
+                       f"layers {fmt_ranges(bad['layer'])}", top_kernels(bad), events=int(len(bad)),
+                       time_ns=int(bad["dur_ns"].sum()), layers=fmt_ranges(bad["layer"]))
+    return result(a, "pass", f"no {a.selector.describe()} among {len(ev)} events in {where}", events=int(len(ev)))
+
+
+@check("FP005", "max_launches")
+def _max_launches(a: Assertion, ctx: Context) -> CheckResult:
+    ev = scoped(a, ctx.events)
+    where = "|".join(a.region)
+    if not len(ev):
+        return result(a, "no_evidence", f"region {where} matched no events; {seen_regions(ctx.events)}")
+    counted = ev if a.selector.empty else ev[a.selector.mask(ev)]
+    keys = ["rank", "step", "layer"]
+    base = ev.groupby(keys).size().rename("all")
+    cnt = counted.groupby(keys).size().reindex(base.index, fill_value=0)
+    worst = int(cnt.max()) if len(cnt) else 0
+    over = cnt[cnt > a.max]
+    steps_known = bool((ev["step"] >= 0).any())
+    note = "" if steps_known else " (steps unknown: the whole profile counts as one step)"
+    data = {"max_seen": worst, "limit": a.max, "groups": int(len(cnt)), "over": int(len(over))}
+    if len(over):
+        ex = [f"rank {k[0]} step {k[1]} layer {k[2]}: {int(v)} launches" for k, v in over.sort_values(ascending=False).head(6).items()]
+        k0 = over.idxmax()
+        grp = counted[(counted["rank"] == k0[0]) & (counted["step"] == k0[1]) & (counted["layer"] == k0[2])]
+        return result(a, "fail", f"up to {worst} launches per layer-step in {where}, limit {a.max}; "
+                       f"{len(over)} of {len(cnt)} layer-steps over{note}", ex + top_kernels(grp, 4), **data)
+    return result(a, "pass", f"at most {worst} launches per layer-step in {where} (limit {a.max}, "
+                   f"{len(cnt)} layer-steps){note}", **data)
+
+
+@check("FP006", "forbid_pattern")
+def _forbid_pattern(a: Assertion, ctx: Context) -> CheckResult:
+    ev = scoped(a, ctx.events) if (a.region or a.phase or a.layers is not None) else ctx.events
+    if not len(ev):
+        return result(a, "no_evidence", "no device events to search" + (f" in {'|'.join(a.region)}" if a.region else ""))
+    rx = re.compile(a.pattern)
+    bad = ev[unique_map(ev["name"], lambda s: bool(rx.search(s)))]
+    if len(bad):
+        return result(a, "fail", f"{len(bad)} events match /{a.pattern}/ ({fmt_ns(bad['dur_ns'].sum())}, "
+                       f"{bad['name'].nunique()} distinct names)", top_kernels(bad), events=int(len(bad)))
+    return result(a, "pass", f"none of {len(ev)} events ({ev['name'].nunique()} names) match /{a.pattern}/")
+
+
+@check("FP003", "dispatch")
+def _dispatch(a: Assertion, ctx: Context) -> CheckResult:
+    d = ctx.dispatch
+    if not len(d):
+        return result(a, "no_evidence", "the profile has no dispatch log (only the reference runtime writes one)")
+    m = glob_mask(d["op"], [a.op])
+    if a.phase:
+        m = m & (d["phase"] == a.phase).to_numpy(dtype=bool)
+    if a.layers is not None:
+        m = m & d["layer"].isin(list(a.layers)).to_numpy(dtype=bool)
+    rows = d[m]
+    if not len(rows):
+        ops = sorted({str(o) for o in d["op"].dropna()})
+        return result(a, "no_evidence", f"no dispatch rows for op {a.op}; ops logged: {', '.join(ops) or '-'}")
+    ok = rows["impl"].isin(list(a.impl)).to_numpy(dtype=bool)
+    bad = rows[~ok]
+    impls = rows["impl"].value_counts().to_dict()
+    data = {"rows": int(len(rows)), "impls": {str(k): int(v) for k, v in impls.items()}}
+    if a.every_layer and len(bad) or (not a.every_layer and not ok.any()):
+        ev = []
+        for (impl, req, reason), g in bad.groupby(["impl", "requested", "reason"], dropna=False):
+            ev.append(f"impl {impl} (requested {req}{', reason: ' + str(reason) if isinstance(reason, str) else ''}) "
+                      f"in layers {fmt_ranges(g['layer'])}, {len(g)} calls")
+        return result(a, "fail", f"{a.op} ran {', '.join(f'{k} x{v}' for k, v in impls.items())}; expected "
+                       f"{'|'.join(a.impl)}" + (" in every call" if a.every_layer else ""), ev, **data)
+    return result(a, "pass", f"{a.op} ran {'|'.join(a.impl)} in {int(ok.sum())} of {len(rows)} calls, "
+                   f"layers {fmt_ranges(rows['layer'])}", **data)

@@ -1,0 +1,272 @@
+"""Observed GEMM-like and attention calls (live from the runtime's ranks, or traced with shapes) judged against
+the analytic per-rank shapes (SH006) and across ranks (SH005), registered by code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter, defaultdict
+from typing import Any
+
+from mmprof.analysis.checks.registry import check
+from mmprof.labels import parse_path
+from mmprof.shapes_model import Call, Comparison, Finding
+
+GEMM_OPS = re.compile(r"(^|::|\.)(mm|addmm|bmm|baddbmm|matmul|linear|_grouped_mm|grouped_mm|_scaled_mm|"
+                      r"_scaled_grouped_mm)(\.default|\.out|\.Tensor)?$|gemm|GroupedMM|fused_moe|fused_experts", re.I)
+ATTN_OPS = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|cudnn_attention|flash_attn", re.I)
+JUDGED_ROLES = ("attn.qkv", "attn.o_proj", "attn.core", "attn.indexer", "mlp", "moe.router", "moe.routed",
+                "moe.shared", "lm_head")
+
+
+def role_of(scope: str) -> tuple[int, str] | None:
+    """(layer, role) of a call's label when it names a region whose GEMMs can be judged; None otherwise."""
+    r = parse_path(scope) if scope else None
+    return (r.layer, r.role) if r is not None and r.role in JUDGED_ROLES else None
+
+
+def _base(op: str) -> str:
+    """'aten::_grouped_mm', 'aten._grouped_mm.default', 'mm' -> 'grouped_mm', 'mm'."""
+    name = op.split("::")[-1]
+    if name.startswith(("aten.", "torch.")):
+        name = name.split(".", 1)[1]
+    return name.split(".")[0].lstrip("_")
+
+
+def canonical(op: str, shapes: list[list[int]]) -> tuple[int, int, int, int] | None:
+    """(M, N, K, groups) of a GEMM-like call from its input shapes; None when they do not say."""
+    s = [x for x in shapes if isinstance(x, list)]
+    base = _base(op)
+    try:
+        if base in ("mm",) and len(s) >= 2 and len(s[0]) == 2:
+            return s[0][0], s[1][1], s[0][1], 1
+        if base == "addmm" and len(s) >= 3:
+            return s[1][0], s[2][1], s[1][1], 1
+        if base in ("bmm", "baddbmm"):
+            a, b = (s[1], s[2]) if base == "baddbmm" else (s[0], s[1])
+            return a[1], b[2], a[2], a[0]
+        if base == "linear" and len(s) >= 2:
+            return math.prod(s[0][:-1]), s[1][0], s[1][1], 1
+        if base in ("grouped_mm", "scaled_grouped_mm") and len(s) >= 2 and len(s[1]) == 3:
+            return s[0][0], s[1][2], s[1][1], s[1][0]
+        if base == "matmul" and len(s) >= 2 and len(s[0]) >= 2 and len(s[1]) >= 2:
+            lead = s[0][:-2] or s[1][:-2]
+            return s[0][-2], s[1][-1], s[0][-1], math.prod(lead) if lead else 1
+    except (IndexError, TypeError):
+        return None
+    return None
+
+
+UNJUDGED = "unjudged"  # a GEMM-like op whose input shapes do not give M, N, K: neither a match nor a mismatch
+
+
+def _judge(call: Call, role: str, rs, kind: str, tokens: dict[str, int] | None, top_k: int, batch: int | None) -> str | None:
+    """None when the call fits the expectation, else why not."""
+    if ATTN_OPS.search(call.op):
+        if not kind or len(call.shapes) < 2 or len(call.shapes[0]) not in (3, 4) or \
+                len(call.shapes[1]) != len(call.shapes[0]):
+            return UNJUDGED
+        a = rs.kind(kind).attention
+        q, kv = call.shapes[0], call.shapes[1]
+        hx = 1 if len(q) == 4 else -2  # [B, H, T, D] (SDPA) or [T, H, D] (varlen flash-attention)
+        got = (q[hx], kv[hx], q[-1])
+        want = (a.q_heads, a.kv_heads, a.head_dim)
+        return None if got == want else f"attention q/kv heads, head_dim {got} != expected {want}"
+    c = canonical(call.op, call.shapes)
+    if c is None:
+        return UNJUDGED
+    m, n, k, g = c
+    a = rs.kind(kind).attention if kind else None
+    if role == "attn.core":
+        # the sparse gather (einsum -> bmm over [B*KV*T] with M = q heads per KV head) or SDPA's math fallback
+        # (bmm over [B*H] heads); either way one of N/K is head_dim
+        grp = a.q_heads // max(1, a.kv_heads)
+        ok = a.head_dim in (k, n) and (m == grp or g % a.q_heads == 0)
+        return None if ok else (f"attention bmm M={m} N={n} K={k} groups={g}: expected head_dim {a.head_dim} and "
+                                f"M={grp} (q heads per KV head) or groups a multiple of {a.q_heads} q heads")
+    if role == "attn.indexer":
+        ok = k == a.index_head_dim and (batch is None or g == batch * a.index_q_heads)
+        return None if ok else (f"indexer matmul groups={g} K={k}: expected K={a.index_head_dim}"
+                                + (f", groups={batch * a.index_q_heads}" if batch else ""))
+    gemms = rs.model_gemms if role == "lm_head" else [x for x in rs.kind(kind).gemms if x.scope == role]
+    if not gemms:
+        return f"no {role} GEMM expected on a {kind} layer"
+    phase_tokens = (tokens or {}).get(call.phase)
+    for e in gemms:
+        ns = {e.n}
+        if role == "attn.qkv" and a is not None and a.sparse:
+            ns.add(rs.plan["qkv_n"])  # a layer reusing the block selection multiplies only [q | k | v]
+        if e.groups > 1:  # routed experts: grouped GEMM, per-expert loop, or the bmm fallback
+            if g == e.weight_groups and n == e.n and k == e.k:
+                want_rows = (phase_tokens * top_k + (phase_tokens if e.extra_rows else 0)) if phase_tokens else None
+                if want_rows is None or m == want_rows:
+                    return None
+                return f"{e.name}: {m} rows, expected tokens*(top_k{'+1' if e.extra_rows else ''}) = {want_rows}"
+            if g == 1 and n == e.n and k == e.k:
+                return None
+            if n == 1 and m == e.n and k == e.k:  # bmm fallback: per-row weights [rows, N, K] @ x[rows, K, 1]
+                return None
+            continue
+        if n in ns and k == e.k and g == 1:
+            want_m = batch if role == "lm_head" else phase_tokens
+            if want_m is None or m == want_m or (role == "lm_head" and m % max(1, want_m) == 0):
+                return None
+            return f"{e.name}: M={m}, expected {want_m} tokens"
+    exp = ", ".join(f"{e.name} N={e.n} K={e.k}" + (f" x{e.weight_groups}" if e.groups > 1 else "") for e in gemms)
+    return f"{call.op} M={m} N={n} K={k} groups={g}; expected {exp}"
+
+
+@check("SH006")
+def compare_calls(calls: list[Call], res, source: str, tokens: dict[str, int] | None = None,
+                  batch: int | None = None) -> Comparison:
+    """Judge observed calls against `res` (an analytic ShapesResult) and across ranks."""
+    cfg = res.config
+    kinds = {i: f"{a}/{m}" for i, (a, m) in enumerate(zip(cfg["attn_types"], cfg["mlp_types"]))}
+    by_rank = {r.rank: r for r in res.ranks}
+    unmatched: list[dict[str, Any]] = []
+    matched = unscoped = unjudged = 0
+    per_rank: dict[int, Counter] = defaultdict(Counter)
+    findings: list[Finding] = []
+    bad_layers: set[int] = set()
+    bad_ranks: set[int] = set()
+    seen: dict[tuple, set] = defaultdict(set)
+    for c in calls:
+        ro = role_of(c.scope)
+        if ro is None:
+            unscoped += 1
+            continue
+        layer, role = ro
+        per_rank[c.rank][role] += 1
+        rs = by_rank.get(c.rank)
+        if rs is None:
+            why = f"rank {c.rank} is outside the expected TP {res.tp}"
+        elif layer >= 0 and layer not in kinds:
+            why = f"layer {layer} is outside the config's {cfg['n_layers']} layers"
+        else:
+            why = _judge(c, role, rs, kinds.get(layer, ""), tokens, cfg["top_k"], batch)
+        if why == UNJUDGED:
+            unjudged += 1
+        elif why is None:
+            matched += 1
+            cc = canonical(c.op, c.shapes)
+            if cc is not None and not ATTN_OPS.search(c.op):
+                m, n, k, g = cc
+                seen[(c.rank, c.phase, c.step, layer, role)].add((m, k) if n == 1 and g > 1 else (n, k))
+        else:
+            unmatched.append({**c.to_dict(), "layer": layer, "role": role, "why": why})
+            bad_layers.add(layer)
+            bad_ranks.add(c.rank)
+    for (rank, phase, step, layer, role), pairs in seen.items():  # every expected GEMM of the group ran
+        rs = by_rank[rank]
+        if role in ("attn.core", "attn.indexer"):
+            continue
+        gemms = rs.model_gemms if role == "lm_head" else [x for x in rs.kind(kinds[layer]).gemms if x.scope == role]
+        for e in gemms:
+            ok = {(e.n, e.k)} | ({(rs.plan["qkv_n"], e.k)} if e.name == "attn.qkv" else set())
+            if not pairs & ok:
+                unmatched.append({"rank": rank, "op": "", "shapes": [], "scope": f"layers.{layer}.{role}",
+                                  "phase": phase, "step": step, "dtype": "", "layer": layer, "role": role,
+                                  "why": f"expected {e.name} N={e.n} K={e.k} was not observed "
+                                         f"(saw N,K {sorted(pairs)})"})
+                bad_layers.add(layer)
+                bad_ranks.add(rank)
+    if unmatched:
+        findings.append(Finding(
+            "SH006", "error", "config-vs-runtime mismatch",
+            f"{len(unmatched)} of {len(calls)} {source} calls differ from the analytic shapes; first: "
+            f"rank {unmatched[0]['rank']} {unmatched[0]['scope']}: {unmatched[0]['why']}",
+            sorted(x for x in bad_layers if x >= 0), sorted(bad_ranks),
+            {"mismatched_calls": len(unmatched), "calls": len(calls)}))
+    findings.extend(cross_rank(calls))
+    return Comparison(source, len(calls), matched, unmatched[:200], unscoped, unjudged,
+                      {r: dict(v) for r, v in sorted(per_rank.items())}, findings)
+
+
+@check("SH005")
+def cross_rank(calls: list[Call]) -> list[Finding]:
+    """SH005: per (phase, step, scope, op), the multiset of shapes on each rank; ranks that differ."""
+    ranks = sorted({c.rank for c in calls})
+    if len(ranks) < 2:
+        return []
+    groups: dict[tuple, dict[int, Counter]] = defaultdict(lambda: defaultdict(Counter))
+    for c in calls:
+        groups[(c.phase, c.step, c.scope, c.op)][c.rank][json.dumps(c.shapes)] += 1
+    shape_diff, token_diff = [], []
+    for key, per in groups.items():
+        sigs = {r: per.get(r, Counter()) for r in ranks}
+        if len({json.dumps(sorted(s.items())) for s in sigs.values()}) == 1:
+            continue
+        nk = {r: sorted(_token_free(key[3], json.loads(s)) for s in v.elements()) for r, v in sigs.items()}
+        ro = role_of(key[2])
+        entry = {"phase": key[0], "step": key[1], "scope": key[2], "op": key[3], "layer": ro[0] if ro else -1,
+                 "per_rank": {r: dict(v) for r, v in sigs.items()}}
+        only_m = len({json.dumps(sorted(set(v))) for v in nk.values() if v}) <= 1 and \
+            all(sigs[r] for r in ranks) and not ATTN_OPS.search(key[3])
+        (token_diff if only_m else shape_diff).append(entry)
+    out = []
+    for lst, sev, what in ((shape_diff, "error", "shapes"), (token_diff, "warning", "token counts (M)")):
+        if lst:
+            e = lst[0]
+            out.append(Finding(
+                "SH005", sev, "cross-rank imbalance",
+                f"{what} differ between ranks in {len(lst)} scope/op groups; first: {e['scope'] or '(no scope)'} "
+                f"{e['op']} ({e['phase']} step {e['step']})",
+                sorted({x["layer"] for x in lst if x["layer"] >= 0}), ranks,
+                {"groups": len(lst), "examples": lst[:3]}))
+    return out
+
+
+def _token_free(op: str, shapes: list[list[int]]) -> str:
+    """A call's shape signature without its token count: (N, K, groups) for a GEMM; for other ops every input's
+    shape minus its leading dim (tokens usually lead, e.g. a fused-MoE op's [tokens, hidden])."""
+    c = canonical(op, shapes)
+    return json.dumps(c[1:] if c else [x[1:] for x in shapes if isinstance(x, list)])
+
+
+def calls_from_profile(profile) -> list[Call]:
+    """GEMM-like and attention ops with input shapes from a Profile's ops table."""
+    if profile.n("ops") == 0:
+        return []
+    ranks = profile.col("ops", "rank")
+    names = profile.col("ops", "name", decode=True)
+    dims = profile.col("ops", "input_dims", decode=True)
+    scopes = profile.col("ops", "scope", decode=True)
+    paths = profile.col("ops", "scope_path", decode=True)
+    phases = profile.col("ops", "phase", decode=True)
+    steps = profile.col("ops", "step")
+    parents = profile.col("ops", "parent")
+    is_gemm = [bool(GEMM_OPS.search(nm or "") or ATTN_OPS.search(nm or "")) for nm in names]
+    out = []
+    for i in range(len(names)):
+        nm = names[i] or ""
+        if not is_gemm[i] or not dims[i] or _inside_gemm(i, parents, is_gemm):
+            continue
+        try:
+            shp = json.loads(dims[i])
+        except ValueError:
+            continue
+        if not isinstance(shp, list) or not any(isinstance(x, list) and x for x in shp):
+            continue
+        label = _region_label(paths[i] or "", scopes[i] or "")
+        out.append(Call(int(ranks[i]), nm, [x if isinstance(x, list) else [] for x in shp], label,
+                        phases[i] or "", int(steps[i])))
+    return out
+
+
+def _inside_gemm(i: int, parents, is_gemm: list[bool]) -> bool:
+    """True when an enclosing op is itself GEMM-like (aten::linear > aten::matmul > aten::mm counts once,
+    as the outermost call: the problem the model asked for)."""
+    p, hops = int(parents[i]), 0
+    while 0 <= p < len(is_gemm) and hops < 64:
+        if is_gemm[p]:
+            return True
+        p, hops = int(parents[p]), hops + 1
+    return False
+
+
+def _region_label(path: str, scope: str) -> str:
+    """The region a call ran in (`layers.3.attn.qkv`), or its innermost label when it names none."""
+    r = parse_path(path or scope) if (path or scope) else None
+    return r.name if r is not None else scope

@@ -1,0 +1,53 @@
+"""How much of a profile's device time the classification rules explain, per family and per library."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from mmprof.analysis.events import EventFrame
+
+
+@dataclass
+class Coverage:
+    """How much of the kernel time the rules explain, per family and per library."""
+
+    source: str  # kernels | cpu_ops
+    events: int
+    total_ns: int
+    unclassified_ns: int
+    by_family: list[dict[str, Any]]
+    by_library: list[dict[str, Any]]
+    unclassified: list[dict[str, Any]]  # name, count, time_ns
+
+    @property
+    def unclassified_share(self) -> float:
+        return self.unclassified_ns / self.total_ns if self.total_ns else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "events": self.events, "total_ns": self.total_ns,
+                "unclassified_ns": self.unclassified_ns, "unclassified_share": self.unclassified_share,
+                "by_family": self.by_family, "by_library": self.by_library, "unclassified": self.unclassified}
+
+
+def coverage(frame: EventFrame) -> Coverage:
+    """Time share per family / library and the unclassified share of an event frame's device events."""
+    ev = frame.frame()
+    df = pd.DataFrame({"family": ev["family"], "library": ev["library"], "rule": ev["rule"], "name": ev["name"],
+                       "dur": ev["dur_ns"].astype("int64").clip(lower=0)})
+    source = frame.source
+    total = int(df["dur"].sum())
+
+    def group(col: str) -> list[dict[str, Any]]:
+        g = df.assign(key=df[col].fillna("(none)")).groupby("key", sort=False)["dur"].agg(["count", "sum"])
+        g = g.sort_values("sum", ascending=False)
+        return [{col: k, "count": int(r["count"]), "time_ns": int(r["sum"]),
+                 "share": (float(r["sum"]) / total if total else 0.0)} for k, r in g.iterrows()]
+
+    unc = df[df["rule"].isna()]
+    ug = unc.groupby("name", sort=False)["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False)
+    return Coverage(source=source, events=len(df), total_ns=total, unclassified_ns=int(unc["dur"].sum()),
+                    by_family=group("family"), by_library=group("library"),
+                    unclassified=[{"name": k, "count": int(r["count"]), "time_ns": int(r["sum"])} for k, r in ug.iterrows()])

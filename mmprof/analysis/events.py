@@ -1,0 +1,306 @@
+"""The one event frame of a profile: its device events, classified once, with region, category and roofline.
+
+Every analysis that looks at "what ran" (timeline, launch, report, verify-fastpath, diff, classify) reads this
+frame; nothing classifies twice, and there is one vocabulary (the TOML rules of `mmprof.analysis.classify`).
+
+Device events are
+- on a GPU profile: every kernel and every memcpy/memset row;
+- on a CPU run (no kernels, no copies): the *outermost compute ops* - CPU ops whose rule gives a family other
+  than `other`, with no such op above them. `aten::_grouped_mm` on CPU loops over `aten::mm` and
+  `aten::linear` calls `aten::addmm`: counting outermost ops sees what the model asked for, and outermost ops
+  never overlap on a thread, so their time adds up like kernels on a stream. Views and allocations (family
+  `other`) and unknown frames are transparent; time between compute ops is host overhead. An outermost op takes
+  path=fallback from any fallback op below it (the math SDPA under `aten::scaled_dot_product_attention`).
+
+Per event: rank, stream (thread for CPU ops), start/end/dur (ns), name/scope/phase (string ids), step, the
+launch call's start/end (-1 unknown), the CPU op carrying its shapes (`op`), family/variant/library/path/rule,
+the timeline category (`cat`), layer/role/region/label source (`mmprof.analysis.structure`) and the roofline.
+`events_of(profile)` builds it once per profile and rules set and caches it on the profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mmprof.analysis.classify import RuleSet, classify_names, default_rules
+from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
+from mmprof.analysis.structure import Regions, StructureIndex, regions
+from mmprof.labels import is_marker, parse_label
+
+CAT_COMPUTE, CAT_MEMORY, CAT_UNATTR, CAT_COMM, CAT_MEMCPY = range(5)
+TABLE_KERNELS, TABLE_MEMCPY, TABLE_OPS = 0, 1, 2
+_CLASS_COLS = ("family", "variant", "library", "path", "rule")
+
+
+def codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(unique values, inverse) of an integer array, hash-based (order of first appearance)."""
+    inv, uniq = pd.factorize(arr)
+    return np.asarray(uniq), inv.astype(np.int64)
+
+
+def expand(values_per_unique, inv: np.ndarray) -> pd.Categorical:
+    """A Categorical with one entry per event from values given per unique key (`inv` maps event -> key)."""
+    vals = pd.Series(list(values_per_unique), dtype=object)
+    c, cats = pd.factorize(vals, use_na_sentinel=True)
+    return pd.Categorical.from_codes(c[inv] if len(inv) else np.zeros(0, np.int64), categories=cats)
+
+
+@dataclass
+class EventFrame:
+    """Device events of one profile (see the module docstring). Arrays are aligned, one entry per event."""
+
+    source: str                  # "kernels" or "cpu_ops"
+    table: np.ndarray            # int8 TABLE_*: which Profile table the event is a row of
+    row: np.ndarray              # its row there
+    rank: np.ndarray
+    stream: np.ndarray           # GPU stream; the thread id for CPU ops
+    start: np.ndarray
+    end: np.ndarray
+    dur: np.ndarray
+    name: np.ndarray             # string ids
+    scope: np.ndarray            # string ids
+    phase: np.ndarray            # string ids
+    step: np.ndarray
+    launch_start: np.ndarray     # the launch call, -1 unknown
+    launch_end: np.ndarray
+    op: np.ndarray               # CPU op row carrying the shapes, -1 none
+    family: pd.Categorical
+    variant: pd.Categorical      # the rule's variant, or the event's name when the rule gives none
+    library: pd.Categorical
+    path: pd.Categorical         # fast | fallback | neutral
+    rule: pd.Categorical         # rule id; NaN = unclassified
+    cat: np.ndarray              # int8 CAT_*
+    layer: np.ndarray
+    role: np.ndarray             # object: str or None
+    region: np.ndarray           # object: str or None
+    label_source: np.ndarray     # object: annotation | module | shape | None
+    roof: Roofline
+    profile: Any = field(repr=False, default=None)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    _frame: Any = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+    @property
+    def classified(self) -> np.ndarray:
+        return np.asarray(pd.notna(self.rule))
+
+    def rows_of(self, table: int) -> np.ndarray:
+        return self.row[self.table == table]
+
+    def frame(self) -> pd.DataFrame:
+        """A decoded DataFrame view (strings, not ids), for selection by globs and groupby; built once.
+
+        Columns: name, rank, stream, start_ns, dur_ns, step, phase, layer, role, region, label_source, family,
+        variant, library, path, rule, kind (kernel | memcpy | op)."""
+        if self._frame is None:
+            p = self.profile
+            lut = np.array(p.strings + [None], dtype=object)
+
+            def dec(a: np.ndarray) -> np.ndarray:
+                return lut[np.where(a < 0, len(p.strings), a)] if len(a) else np.array([], dtype=object)
+
+            rule_var = np.asarray(self.variant.astype(object))
+            df = pd.DataFrame({
+                "name": dec(self.name), "rank": self.rank, "stream": self.stream, "start_ns": self.start,
+                "dur_ns": self.dur, "step": self.step, "phase": dec(self.phase), "layer": self.layer,
+                "role": self.role, "region": self.region, "label_source": self.label_source,
+                "family": np.asarray(self.family.astype(object)), "variant": rule_var,
+                "library": np.asarray(self.library.astype(object)), "path": np.asarray(self.path.astype(object)),
+                "rule": np.asarray(self.rule.astype(object)),
+                "kind": np.array(["kernel", "memcpy", "op"], dtype=object)[self.table] if len(self) else [],
+            })
+            self._frame = df
+        return self._frame
+
+
+def _classes(profile, table: str, rows: np.ndarray, rules: RuleSet) -> tuple[pd.DataFrame, np.ndarray]:
+    """(classification per distinct name, inverse event -> distinct name)."""
+    uniq, inv = codes(profile.tables[table]["name"][rows])
+    names = [profile.string(int(u)) for u in uniq]
+    df = classify_names(names, rules).reset_index(drop=True).astype(object)
+    var = df["variant"].to_numpy().copy()
+    missing = pd.isna(var)
+    var[missing] = np.array([n or "?" for n in names], dtype=object)[missing]
+    df["variant"] = var
+    return df, inv
+
+
+def _category(family: np.ndarray, roof: Roofline, extra_comm: np.ndarray | None = None) -> np.ndarray:
+    comm = family == "communication"
+    if extra_comm is not None:
+        comm = comm | extra_comm
+    copy = np.isin(family, ["copy", "memcpy"])
+    cat = np.full(len(family), CAT_UNATTR, dtype=np.int8)
+    cat[roof.bound == BOUND_COMPUTE] = CAT_COMPUTE
+    cat[roof.bound == BOUND_MEMORY] = CAT_MEMORY
+    cat[copy] = CAT_MEMCPY
+    cat[comm] = CAT_COMM
+    return cat
+
+
+def _launch_times(profile, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    L = profile.tables["launches"]
+    nl = profile.n("launches")
+    ok = (ref >= 0) & (ref < nl)
+    ls = np.full(len(ref), -1, dtype=np.int64)
+    le = np.full(len(ref), -1, dtype=np.int64)
+    ls[ok] = L["start_ns"][ref[ok]]
+    le[ok] = L["start_ns"][ref[ok]] + L["dur_ns"][ref[ok]]
+    return ls, le
+
+
+def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
+    K, M = profile.tables["kernels"], profile.tables["memcpy"]
+    nk, nm = profile.n("kernels"), profile.n("memcpy")
+    krows = np.arange(nk)
+    cls, inv = _classes(profile, "kernels", krows, rules)
+    fam_u = cls["family"].astype(str).to_numpy()
+    kfam = fam_u[inv] if nk else np.zeros(0, dtype=object)
+    comm_k = np.zeros(nk, dtype=bool)
+    ck = profile.tables["collectives"]["kernel"]
+    comm_k[ck[(ck >= 0) & (ck < nk)]] = True
+    eligible = ~((kfam == "communication") | comm_k | np.isin(kfam, ["copy", "memcpy"]))
+    # memcpy rows: family memcpy, variant memcpy / memset, no roofline
+    mk_u, mk_inv = codes(M["kind"])
+    mk_names = [profile.string(int(u)) or "memcpy" for u in mk_u]
+    inv_all = np.concatenate([inv, len(cls) + mk_inv])
+    per_u = {c: list(cls[c]) for c in _CLASS_COLS}
+    per_u["family"] += ["memcpy"] * len(mk_u)
+    per_u["variant"] += mk_names
+    per_u["library"] += [None] * len(mk_u)
+    per_u["path"] += ["neutral"] * len(mk_u)
+    per_u["rule"] += ["memcpy"] * len(mk_u)
+    op = np.concatenate([K["op"], M["op"]]).astype(np.int64)
+    rank = np.concatenate([K["rank"], M["rank"]])
+    dur = np.concatenate([K["dur_ns"], M["dur_ns"]])
+    roof = event_roofline(profile, op, dur, rank, np.concatenate([eligible, np.zeros(nm, dtype=bool)]))
+    family = expand(per_u["family"], inv_all)
+    cat = _category(np.asarray(family.astype(object)), roof, np.concatenate([comm_k, np.zeros(nm, dtype=bool)]))
+    cat[nk:] = CAT_MEMCPY
+    index = StructureIndex(profile)
+    reg_k = regions(profile, "kernels", krows, index, shape_regions)
+    reg_m = regions(profile, "memcpy", np.arange(nm), index, shape_regions)
+    kls, kle = _launch_times(profile, K["launch"])
+    mls, mle = _launch_times(profile, M["launch"])
+    start = np.concatenate([K["start_ns"], M["start_ns"]])
+    return EventFrame(
+        source="kernels", table=np.concatenate([np.full(nk, TABLE_KERNELS, np.int8), np.full(nm, TABLE_MEMCPY, np.int8)]),
+        row=np.concatenate([krows, np.arange(nm)]), rank=rank,
+        stream=np.concatenate([K["stream"], M["stream"]]), start=start, end=start + dur, dur=dur,
+        name=np.concatenate([K["name"], M["name"]]), scope=np.concatenate([K["scope"], M["scope"]]),
+        phase=np.concatenate([K["phase"], M["phase"]]), step=np.concatenate([K["step"], M["step"]]),
+        launch_start=np.concatenate([kls, mls]), launch_end=np.concatenate([kle, mle]), op=op,
+        family=family, variant=expand(per_u["variant"], inv_all), library=expand(per_u["library"], inv_all),
+        path=expand(per_u["path"], inv_all), rule=expand(per_u["rule"], inv_all), cat=cat,
+        layer=np.concatenate([reg_k.layer, reg_m.layer]), role=np.concatenate([reg_k.role, reg_m.role]),
+        region=np.concatenate([reg_k.region, reg_m.region]),
+        label_source=np.concatenate([reg_k.source, reg_m.source]), roof=roof, profile=profile,
+        warnings=list(roof.warnings))
+
+
+def infer_parents(profile: Any) -> np.ndarray:
+    """Op nesting from time containment per (rank, thread), for importers that could not record `parent`."""
+    ops = profile.tables["ops"]
+    n = profile.n("ops")
+    parent = np.full(n, -1, dtype=np.int64)
+    start, end = ops["start_ns"], ops["start_ns"] + np.maximum(ops["dur_ns"], 0)
+    order = np.lexsort((-end, start, ops["tid"], ops["rank"]))
+    stack: list[int] = []
+    key = None
+    for i in order.tolist():
+        k = (ops["rank"][i], ops["tid"][i])
+        if k != key:
+            stack, key = [], k
+        while stack and start[i] >= end[stack[-1]]:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return parent
+
+
+def _ancestors_scan(parent: np.ndarray, flag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(has_flagged_ancestor, topmost_flagged_ancestor_index or -1) by pointer jumping up `parent`."""
+    n = len(parent)
+    has = np.zeros(n, dtype=bool)
+    top = np.full(n, -1, dtype=np.int64)
+    cur = parent.astype(np.int64).copy()
+    for _ in range(256):  # call stacks are far shallower; the bound guards against a cyclic parent column
+        live = cur >= 0
+        if not live.any():
+            break
+        hit = np.zeros(n, dtype=bool)
+        hit[live] = flag[cur[live]]
+        has |= hit
+        top = np.where(hit, cur, top)
+        nxt = np.full(n, -1, dtype=np.int64)
+        nxt[live] = parent[cur[live]]
+        cur = nxt
+    return has, top
+
+
+def _cpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
+    O = profile.tables["ops"]
+    n = profile.n("ops")
+    all_rows = np.arange(n)
+    cls, inv = _classes(profile, "ops", all_rows, rules)
+    names_u = [profile.string(int(u)) for u in codes(O["name"])[0]]
+    not_op = np.array([(not s) or is_marker(s) or s.startswith(("## ", "<built-in", "nn.Module: "))
+                       or parse_label(s) is not None for s in names_u], dtype=bool)
+    compute_u = (cls["family"].to_numpy() != "other") & cls["rule"].notna().to_numpy() & ~not_op
+    compute = compute_u[inv]
+    parent = O["parent"]
+    if n > 1 and not (parent >= 0).any():
+        parent = infer_parents(profile)
+    has_anc, top = _ancestors_scan(parent, compute)
+    keep = np.flatnonzero(compute & ~has_anc)
+    per_u = {c: cls[c].to_numpy() for c in _CLASS_COLS}
+    ev_cls = {c: per_u[c][inv].copy() for c in _CLASS_COLS}
+    fb = np.flatnonzero((ev_cls["path"] == "fallback") & has_anc)  # a fallback below marks its outermost op
+    for i in fb.tolist():
+        owner = top[i]
+        if owner >= 0 and ev_cls["path"][owner] != "fallback":
+            for c in ("variant", "path", "rule"):
+                ev_cls[c][owner] = ev_cls[c][i]
+    fam = ev_cls["family"][keep]
+    dur = O["dur_ns"][keep]
+    roof = event_roofline(profile, keep, dur, O["rank"][keep], ~np.isin(fam, ["communication", "copy", "memcpy"]))
+    reg = regions(profile, "ops", keep, None, shape_regions)
+    start = O["start_ns"][keep]
+    m = len(keep)
+    frame = EventFrame(
+        source="cpu_ops", table=np.full(m, TABLE_OPS, np.int8), row=keep, rank=O["rank"][keep],
+        stream=O["tid"][keep], start=start, end=start + dur, dur=dur, name=O["name"][keep], scope=O["scope"][keep],
+        phase=O["phase"][keep], step=O["step"][keep], launch_start=np.full(m, -1, np.int64),
+        launch_end=np.full(m, -1, np.int64), op=keep.astype(np.int64),
+        **{c: pd.Categorical(ev_cls[c][keep]) for c in _CLASS_COLS},
+        cat=_category(fam.astype(object), roof), layer=reg.layer, role=reg.role, region=reg.region,
+        label_source=reg.source, roof=roof, profile=profile, warnings=list(roof.warnings))
+    frame.notes.append("CPU-run profile (no GPU kernels): the outermost compute ops (GEMMs, attention, norms, "
+                       "elementwise, communication, ...) are the device events; the time between them (Python and "
+                       "framework overhead, views, allocations) counts as host-bound idle")
+    return frame
+
+
+def events_of(profile: Any, rules: RuleSet | None = None, shape_regions: Regions | None = None) -> EventFrame:
+    """The event frame of a profile (cached on the profile per rules set; see the module docstring). A profile
+    with no kernels, copies or CPU ops gives an empty frame: the caller says what that means."""
+    rs = rules or default_rules()
+    cache = profile.__dict__.setdefault("_event_frames", {})
+    key = (id(rs), id(shape_regions))
+    hit = cache.get(key)
+    if hit is not None and hit[0] is rs and hit[1] is shape_regions:
+        return hit[2]
+    if profile.n("kernels") == 0 and profile.n("memcpy") == 0 and profile.n("ops") > 0:
+        frame = _cpu(profile, rs, shape_regions)
+    else:
+        frame = _gpu(profile, rs, shape_regions)
+    cache[key] = (rs, shape_regions, frame)
+    return frame

@@ -1,0 +1,262 @@
+"""Model structure: which layer and region each event of a profile belongs to, and how mmprof knows.
+
+Sources, best evidence first (each region records its source, see `mmprof.labels.SOURCES`):
+
+1. **annotation** - explicit labels around the event's launch: mmprof's scope labels, module paths in
+   record_function / NVTX / roctx ranges, `mmprof record`'s module ranges; else the launching op's labels.
+2. **module** - `nn.Module: Class_N` events of `with_stack` traces (imported into the scopes table with
+   source `module`, and into scope paths like any range). Per rank they form a module tree; the decoder-layer
+   instances in order of first appearance give the layer index, and the class names (through the kinds and
+   contexts of rules/roles.toml) plus the nesting give the role: an MLP inside a MoE block beside routed
+   experts is the shared expert; the last linear an attention module calls is its o_proj.
+3. **shape** - op shapes matched against a model config (`mmprof.analysis.shape_match`), passed in by the
+   caller as a per-op region table.
+
+`regions(profile, table, rows)` returns arrays aligned with `rows`: layer, role, region, source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mmprof.labels import SEP, Region, module_event, parse_path, region_name, roles
+
+NONE = -1
+
+
+@dataclass
+class ModuleInfo:
+    """One nn.Module instance seen in a rank's module events."""
+
+    name: str                  # `nn.Module: Linear_12`
+    cls: str
+    kind: str | None
+    parent: str | None         # the enclosing module's name
+    children: set[str] = field(default_factory=set)
+    first_ns: int = 0
+
+
+@dataclass
+class ModuleTree:
+    """The module instances of one rank and what the tree says about them."""
+
+    modules: dict[str, ModuleInfo]
+    layer_of: dict[str, int]         # decoder-layer module name -> layer index
+    moe_blocks: set[str]             # modules acting as MoE blocks (by name or by their children)
+    o_proj: set[str]                 # linears called last in their attention module
+    routed_mlps: set[str]            # MLPs inside a MoE block with no experts module (a per-expert loop)
+
+    def kind(self, name: str) -> str | None:
+        if name in self.moe_blocks:
+            return "moe_block"
+        info = self.modules.get(name)
+        return info.kind if info else None
+
+
+def module_trees(profile: Any) -> dict[int, ModuleTree]:
+    """rank -> ModuleTree from the scopes table rows with source `module` (empty when there are none)."""
+    S = profile.tables["scopes"]
+    n = profile.n("scopes")
+    if not n:
+        return {}
+    src = S["source"]
+    mod_id = profile.strings.index("module") if "module" in profile.strings else None
+    if mod_id is None:
+        return {}
+    rows = np.flatnonzero(src == mod_id)
+    if not len(rows):
+        return {}
+    rules = roles()
+    names = S["name"]
+    parent = S["parent"]
+    is_mod = np.zeros(n, dtype=bool)
+    is_mod[rows] = True
+    trees: dict[int, ModuleTree] = {}
+    order = rows[np.argsort(S["start_ns"][rows], kind="stable")]
+    # calls of each module: (rank, name) -> list of (start, end, row); children per call for o_proj
+    by_rank: dict[int, dict[str, ModuleInfo]] = {}
+    linear_calls: dict[tuple[int, int], list[tuple[int, str]]] = {}  # (rank, attention row) -> [(start, name)]
+    for i in order.tolist():
+        r = int(S["rank"][i])
+        name = profile.string(int(names[i])) or ""
+        me = module_event(name)
+        if me is None:
+            continue
+        mods = by_rank.setdefault(r, {})
+        p = int(parent[i])
+        hops = 0
+        while p >= 0 and not is_mod[p] and hops < 256:
+            p, hops = int(parent[p]), hops + 1
+        pname = profile.string(int(names[p])) if p >= 0 and is_mod[p] else None
+        info = mods.get(name)
+        if info is None:
+            info = mods[name] = ModuleInfo(name, me[0], rules.kind(me[0]), pname, first_ns=int(S["start_ns"][i]))
+        if pname is not None:
+            info.parent = info.parent or pname
+            pm = mods.get(pname)
+            if pm is not None:
+                pm.children.add(name)
+            if info.kind == "linear" and pm is not None and pm.kind == "attention":
+                linear_calls.setdefault((r, p), []).append((int(S["start_ns"][i]), name))
+    for r, mods in by_rank.items():
+        layers = sorted((m for m in mods.values() if m.kind == "decoder_layer"), key=lambda m: m.first_ns)
+        layer_of = {m.name: k for k, m in enumerate(layers)}
+        moe = {m.name for m in mods.values()
+               if m.kind == "moe_block" or any(mods[c].kind in ("experts", "router") for c in m.children if c in mods)}
+        o_proj = {max(calls)[1] for (rr, _), calls in linear_calls.items() if rr == r and len(calls) > 1}
+        routed = set()
+        for b in moe:
+            kids = [mods[c] for c in mods[b].children if c in mods] if b in mods else []
+            if not any(k.kind == "experts" for k in kids):
+                routed |= {k.name for k in kids if k.kind == "mlp"}
+        trees[r] = ModuleTree(mods, layer_of, moe, o_proj, routed)
+    return trees
+
+
+def _module_region(tree: ModuleTree, chain: list[str]) -> Region | None:
+    """Region of an event whose enclosing module instances are `chain` (outermost first)."""
+    rules = roles()
+    layer = -1
+    role: str | None = None
+    parent_kind: str | None = None
+    for name in chain:
+        kind = tree.kind(name)
+        if name in tree.layer_of:
+            layer = tree.layer_of[name]
+        if kind is None:
+            continue
+        if name in tree.o_proj:
+            r = "attn.o_proj"
+        elif kind == "linear" and parent_kind == "attention":
+            r = "attn.qkv"
+        elif name in tree.routed_mlps:
+            r = "moe.routed"
+        else:
+            r = rules.context_role(kind, parent_kind)
+        # a module inside experts / the shared expert / the indexer keeps that role (their linears, norms)
+        if r is not None and not (role in ("moe.routed", "moe.shared", "attn.indexer", "lm_head", "embed")
+                                  and r not in ("moe.routed", "moe.shared", "attn.indexer")):
+            role = r
+        parent_kind = kind
+    if role is None:
+        return None
+    if layer < 0 and role in ("layer", "norm"):
+        return None if role == "layer" else Region(-1, "final_norm", "final_norm", "module")
+    return Region(layer, role, region_name(layer, role), "module")
+
+
+@dataclass
+class Regions:
+    """Per event (aligned with the rows asked for): layer, role, region name and the source of the label."""
+
+    layer: np.ndarray
+    role: np.ndarray      # object: str or None
+    region: np.ndarray    # object: str or None
+    source: np.ndarray    # object: annotation | module | shape | None
+
+    @classmethod
+    def empty(cls, n: int) -> "Regions":
+        return cls(np.full(n, -1, dtype=np.int64), np.full(n, None, dtype=object), np.full(n, None, dtype=object),
+                   np.full(n, None, dtype=object))
+
+    def fill(self, mask: np.ndarray, other: "Regions") -> None:
+        """Take `other`'s labels where `mask` is set and this has none (evidence order: keep the better one)."""
+        m = mask & (self.region == None) & (other.region != None)  # noqa: E711
+        self.layer[m], self.role[m], self.region[m], self.source[m] = (other.layer[m], other.role[m],
+                                                                        other.region[m], other.source[m])
+
+
+class StructureIndex:
+    """Caches the region of each distinct (rank, scope path) of one profile."""
+
+    def __init__(self, profile: Any) -> None:
+        self.profile = profile
+        self.trees = module_trees(profile)
+        self._cache: dict[tuple[int, int], Region | None] = {}
+
+    def of_path(self, rank: int, code: int) -> Region | None:
+        key = (rank, code)
+        if key in self._cache:
+            return self._cache[key]
+        s = self.profile.string(code) if code >= 0 else None
+        r = None
+        if s:
+            r = parse_path(s)
+            if r is None and rank in self.trees and "nn.Module: " in s:
+                chain = [p for p in s.split(SEP) if module_event(p) is not None]
+                r = _module_region(self.trees[rank], chain)
+        self._cache[key] = r
+        return r
+
+    def regions_for_codes(self, ranks: np.ndarray, codes: np.ndarray) -> Regions:
+        n = len(codes)
+        out = Regions.empty(n)
+        if not n:
+            return out
+        key = ranks.astype(np.int64) * (len(self.profile.strings) + 2) + (codes.astype(np.int64) + 1)
+        uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        lay = np.full(len(uniq), -1, dtype=np.int64)
+        rol = np.full(len(uniq), None, dtype=object)
+        reg = np.full(len(uniq), None, dtype=object)
+        src = np.full(len(uniq), None, dtype=object)
+        for j, i in enumerate(first.tolist()):
+            r = self.of_path(int(ranks[i]), int(codes[i]))
+            if r is not None:
+                lay[j], rol[j], reg[j], src[j] = r.layer, r.role, r.name, r.source
+        inv = inv.reshape(-1)
+        return Regions(lay[inv], rol[inv], reg[inv], src[inv])
+
+
+def _path_codes(t: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
+    codes = t["scope_path"][rows].astype(np.int64) if "scope_path" in t else np.full(len(rows), -1, np.int64)
+    if "scope" in t:
+        codes = np.where(codes >= 0, codes, t["scope"][rows])
+    return codes
+
+
+def regions(profile: Any, table: str, rows: np.ndarray | None = None, index: StructureIndex | None = None,
+            shape_regions: Regions | None = None) -> Regions:
+    """Layer, role, region and source of rows of `table` (kernels, memcpy or ops), best evidence first.
+
+    `shape_regions`, when given, holds per-*op* regions from shape matching (aligned with the ops table); an
+    event with no annotation or module label takes its op's."""
+    t = profile.tables[table]
+    rows = np.arange(profile.n(table)) if rows is None else np.asarray(rows, dtype=np.int64)
+    idx = index or StructureIndex(profile)
+    ranks = t["rank"][rows]
+    out = idx.regions_for_codes(ranks, _path_codes(t, rows))
+    # the launching op's labels for events whose own labels name no region
+    op_ref = _op_of(profile, table, rows)
+    missing = (out.region == None) & (op_ref >= 0)  # noqa: E711
+    if missing.any() and profile.n("ops"):
+        ops = profile.tables["ops"]
+        sub = idx.regions_for_codes(ops["rank"][op_ref[missing]], _path_codes(ops, op_ref[missing]))
+        part = Regions.empty(len(rows))
+        for a in ("layer", "role", "region", "source"):
+            getattr(part, a)[missing] = getattr(sub, a)
+        out.fill(missing, part)
+    if shape_regions is not None:
+        has = op_ref >= 0
+        part = Regions.empty(len(rows))
+        j = op_ref[has]
+        for a in ("layer", "role", "region", "source"):
+            getattr(part, a)[has] = getattr(shape_regions, a)[j]
+        out.fill(has, part)
+    return out
+
+
+def _op_of(profile: Any, table: str, rows: np.ndarray) -> np.ndarray:
+    """The CPU op behind each row: the row itself for ops, else its `op` (or its launch's op)."""
+    if table == "ops":
+        return rows.copy()
+    t = profile.tables[table]
+    op = t["op"][rows].astype(np.int64) if "op" in t else np.full(len(rows), -1, np.int64)
+    if "launch" in t and profile.n("launches"):
+        lops = profile.tables["launches"]["op"]
+        la = t["launch"][rows]
+        via = np.where(la >= 0, lops[np.clip(la, 0, len(lops) - 1)], -1)
+        op = np.where(op >= 0, op, via)
+    return op

@@ -1,0 +1,125 @@
+"""`mmprof shapes` as a library: the three ways to get per-rank shapes, each returning one `ShapesResult`.
+
+- `analytic_shapes`: the runtime builds every rank on the meta device (`mmprof.runtime.analytic`); findings
+  SH001-SH004 and SH007 (which compares with the same model at TP 1);
+- `live_shapes`: real ranks of the reference runtime record what each GEMM / attention call receives
+  (`mmprof.capture.shapes_live`), compared with the analytic shapes (SH005, SH006);
+- `profile_shapes`: GEMM-like ops recorded with shapes in per-rank traces, compared with each other (SH005) and,
+  given a model config and TP size, with the analytic shapes (SH006).
+
+This sits in the capture layer because it joins the runtime (analytic shapes) with the analyses (findings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, defaultdict
+
+from mmprof.analysis.checks.shapes_analytic import analytic_findings
+from mmprof.analysis.checks.shapes_observed import calls_from_profile, compare_calls, cross_rank, role_of
+from mmprof.capture.shapes_live import capture_live
+from mmprof.errors import BadInput, NoEvidence
+from mmprof.importers import import_paths
+from mmprof.runtime import ModelArgs, analytic, from_hf_config, load_config
+from mmprof.shapes_model import Comparison, ShapesResult, Workload
+
+
+def resolve_model(model: str) -> ModelArgs:
+    """`m3`, another runtime preset, or a config.json / checkpoint dir -> ModelArgs (BadInput when unknown)."""
+    return load_config(model)
+
+
+def _check_parallel(tp: int, ep: int) -> None:
+    if tp < 1:
+        raise BadInput(f"--tp must be >= 1, not {tp}")
+    if ep < 1:
+        raise BadInput(f"--ep must be >= 1, not {ep}")
+
+
+def analytic_shapes(model: str = "m3", tp: int = 8, ep: int = 1, batch: int = 1, seq: int = 1024,
+                    phase: str = "decode", dtype: str = "bf16") -> ShapesResult:
+    """Per-rank shapes of `model` at TP `tp` (EP `ep`) with the analytic findings."""
+    _check_parallel(tp, ep)
+    args = resolve_model(model)
+    res = analytic(args, tp, ep, batch, seq, phase, dtype)
+    res.findings = analytic_findings(res, unsharded(res))
+    return res
+
+
+def unsharded(res: ShapesResult) -> ShapesResult | None:
+    """The same model and workload at TP 1 (one more meta build, milliseconds), for SH007; None at TP 1."""
+    if res.tp == 1:
+        return None
+    wl = res.workload
+    return analytic(ModelArgs(**res.config), 1, 1, wl.batch, wl.seq, wl.phase, res.dtype)
+
+
+def live_shapes(model: str = "tiny", tp: int = 2, ep: int = 1, device: str = "cpu", batch: int = 2, seq: int = 64,
+                decode_steps: int = 2, dtype: str = "bf16") -> ShapesResult:
+    """Start `tp` real ranks of the runtime, record the shapes they receive, compare with the analytic ones."""
+    _check_parallel(tp, ep)
+    args = resolve_model(model)
+    if seq + decode_steps > args.max_seq_len:
+        raise BadInput(f"--seq {seq} + {decode_steps} decode steps exceeds {args.name}'s max_seq_len "
+                       f"{args.max_seq_len}")
+    res = analytic(args, tp, ep, batch, seq, "prefill", "fp32" if device == "cpu" else dtype)
+    lc = capture_live(model, tp, ep, device, batch, seq, decode_steps, weight_bytes_per_rank=res.ranks[0].weight_bytes)
+    res.findings = analytic_findings(res, unsharded(res))
+    res.comparison = compare_calls(lc.calls, res, "live", tokens=lc.tokens, batch=batch)
+    res.findings.extend(res.comparison.findings)
+    res.notes.append(f"live: {tp} ranks on {device}, batch {batch}, prompt {seq}, {decode_steps} decode steps; "
+                     f"{len(lc.calls)} calls captured at dispatch level")
+    return res
+
+
+def profile_shapes(paths: list[str], tp: int | None = None, ep: int = 1, model: str | None = None,
+                   dtype: str = "bf16") -> ShapesResult:
+    """Traced shapes of per-rank traces (or a saved Profile), compared across ranks and, when the model and TP
+    size are known (options, or the profile's meta), with the analytic shapes."""
+    if tp is not None:
+        _check_parallel(tp, ep)
+    profile = import_paths(paths)
+    calls = calls_from_profile(profile)
+    if not calls:
+        raise NoEvidence(f"{', '.join(map(str, paths))}: no GEMM-like or attention ops with input shapes; record "
+                         "with shapes (torch.profiler record_shapes=True, or mmprof record)")
+    args = None
+    meta_model = profile.meta.get("model")
+    par = profile.meta.get("parallel") or {}
+    if model:
+        args = resolve_model(model)
+    elif isinstance(meta_model, dict):
+        args = _args_from_meta(meta_model)
+    tp = tp or par.get("tp")
+    ep = ep if ep != 1 else par.get("ep", 1) or 1
+    ranks = sorted({c.rank for c in calls})
+    if args is not None and tp:
+        res = analytic(args, tp, ep, dtype=dtype)
+        res.comparison = compare_calls(calls, res, "profile")
+        res.notes.append(f"profile: compared {len(calls)} traced calls with the analytic shapes of {args.name} at "
+                         f"TP {tp}")
+    else:
+        res = ShapesResult(model="(unknown)", tp=tp or len(ranks), ep=ep, dtype=dtype, workload=Workload(),
+                           ranks=[], config={})
+        res.comparison = Comparison("profile", len(calls), 0, [], 0, 0, _per_rank(calls), cross_rank(calls))
+        res.notes.append("profile meta has no model config / TP size: ranks compared with each other only "
+                         "(pass --model and --tp to compare with the analytic shapes too)")
+    res.findings.extend(res.comparison.findings)
+    res.notes.append(f"profile: {len(calls)} GEMM-like/attention calls with shapes on ranks {ranks}")
+    return res
+
+
+def _per_rank(calls) -> dict[int, dict[str, int]]:
+    out: dict[int, Counter] = defaultdict(Counter)
+    for c in calls:
+        ro = role_of(c.scope)
+        out[c.rank][ro[1] if ro else "(unscoped)"] += 1
+    return {r: dict(v) for r, v in sorted(out.items())}
+
+
+def _args_from_meta(d: dict) -> ModelArgs:
+    """The profile meta's model: a runtime ModelArgs dict or a Hugging Face config."""
+    fields = {f.name for f in dataclasses.fields(ModelArgs)}
+    if "n_layers" in d and set(d) <= fields:
+        return ModelArgs(**d)
+    return from_hf_config(d, name=str(d.get("model_type", "profile")))

@@ -1,0 +1,147 @@
+"""mmprof.labels is the only parser of phase / step / rank / region labels: one table of labels, run through the
+parser and through every importer path (Kineto annotations; rocprofv3 CSV markers and Nsight Systems NVTX
+ranges, which share the importers' scope helper), must give the same phase, step, layer and role everywhere."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from mmprof.analysis.events import events_of
+from mmprof.importers import import_paths
+from mmprof.labels import (is_marker, module_event, parse_label, parse_path, phase_of, rank_from_name, rank_from_text,
+                           region_pattern, roles, step_of)
+
+from .conftest import data_file
+
+# (label chain, outermost first) -> (phase, step, layer, role) of a kernel launched inside the innermost label
+TABLE = [
+    (["mmprof.decode", "mmprof.step.3", "layers.12.moe.routed"], ("decode", 3, 12, "moe.routed")),
+    (["mmprof.prefill", "mmprof.step.0", "layers.0.attn.indexer"], ("prefill", 0, 0, "attn.indexer")),
+    (["ProfilerStep#7", "model.layers.4.mlp.shared_experts.down_proj"], (None, 7, 4, "moe.shared")),
+    (["decode_step", "model.layers.0.self_attn.indexer"], ("decode", -1, 0, "attn.indexer")),
+    (["LlamaDecoderLayer", "model.layers.5.self_attn.o_proj"], (None, -1, 5, "attn.o_proj")),  # not "decode"
+    (["mmprof.decode", "prefill_chunk", "lm_head"], ("decode", -1, -1, "lm_head")),  # the outermost phase wins
+    (["ProfilerStep#99999999999999999999", "model.layers.2.mlp.experts"], (None, -1, 2, "moe.routed")),
+    (["mmprof.step.5", "my_custom_range"], (None, 5, -1, None)),
+    (["model.layers.7.block_sparse_moe.gate"], (None, -1, 7, "moe.router")),
+    (["mmprof.decode", "layers.3.moe.routed.expert_11"], ("decode", -1, 3, "moe.routed")),
+]
+
+
+@pytest.mark.parametrize("chain, want", TABLE)
+def test_parser(chain, want):
+    phase, step, layer, role = want
+    assert next((p for p in map(phase_of, chain) if p), None) == phase
+    assert max([step_of(c) for c in chain] + [-1]) == step
+    r = parse_path(" > ".join(chain))
+    assert ((r.layer, r.role) if r else (-1, None)) == (layer, role)
+
+
+def test_markers_ranks_and_modules():
+    assert is_marker("mmprof.step.12") and is_marker("ProfilerStep#3") and not is_marker("layers.3.mlp")
+    assert parse_label("mmprof.decode") is None and parse_label("nn.Module: Linear_3") is None
+    assert parse_label("model.layers.3.self_attn").role == "attn.core"  # the six copies disagreed here
+    assert parse_label("model.layers.3.mlp (Qwen3MoeSparseMoeBlock)").name == "layers.3.mlp"
+    assert [rank_from_name(n) for n in ("rank-3.json", "trace_rank3.db", "out.rank_12.csv", "crank3.json",
+                                         "rank30x.json", "x.json")] == [3, 3, 12, None, None, None]
+    assert rank_from_text("MPI Rank 3") == 3 and rank_from_text("no rank here") is None
+    assert module_event("nn.Module: MiniMaxM3VLSparseMoeBlock_0") == ("MiniMaxM3VLSparseMoeBlock", 0)
+    assert module_event("aten::mm") is None
+    assert region_pattern("layers.12.moe.routed") == "layers.*.moe.routed"
+    assert step_of("mmprof.step.2147483648") == -1 and step_of("ProfilerStep#x") == -1
+
+
+def test_role_rules_are_data_with_checked_examples():
+    r = roles()
+    assert r.paths and r.model and r.classes and r.contexts
+    assert r.kind("MiniMaxM3VLSparseMoeBlock") == "moe_block" and r.kind("Qwen3MoeRotaryEmbedding") == "rotary"
+    assert r.context_role("mlp", "moe_block") == "moe.shared" and r.context_role("norm", "model") == "final_norm"
+
+
+# --------------------------------------------------------------------------------------- importer paths
+def _kineto(tmp: Path) -> Path:
+    """One cpu_op + launch + kernel inside each chain of nested user_annotation ranges, one chain per 1 ms."""
+    ev = []
+    for i, (chain, _) in enumerate(TABLE):
+        t0 = 1000.0 * i
+        for d, label in enumerate(chain):
+            ev.append({"ph": "X", "cat": "user_annotation", "name": label, "pid": 1, "tid": 1, "ts": t0 + d,
+                       "dur": 900 - 2 * d})
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t0 + 20, "dur": 50,
+                   "args": {"External id": i + 1}})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t0 + 30,
+                   "dur": 5, "args": {"External id": i + 1, "correlation": 100 + i}})
+        ev.append({"ph": "X", "cat": "kernel", "name": f"kernel_{i}", "pid": 0, "tid": 7, "ts": t0 + 40, "dur": 10,
+                   "args": {"External id": i + 1, "correlation": 100 + i, "device": 0, "stream": 7}})
+    p = tmp / "rank-0.trace.json.gz"
+    p.write_bytes(gzip.compress(json.dumps({"traceEvents": ev}).encode()))
+    return p
+
+
+def _csv(tmp: Path) -> Path:
+    """rocprofv3 CSV: roctx markers (marker_api_trace), a hipLaunchKernel per chain, its kernel."""
+    d = tmp / "csv"
+    d.mkdir()
+    api = ['"Domain","Function","Process_Id","Thread_Id","Correlation_Id","Start_Timestamp","End_Timestamp"']
+    mk = list(api)
+    kern = ['"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name",'
+            '"Correlation_Id","Start_Timestamp","End_Timestamp","Private_Segment_Size","Group_Segment_Size",'
+            '"Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y","Grid_Size_Z"']
+    for i, (chain, _) in enumerate(TABLE):
+        t0 = 1_000_000 * (i + 1)
+        for k, label in enumerate(chain):
+            mk.append(f'"MARKER_CORE_API","{label}",9,9,{5000 + 10 * i + k},{t0 + k},{t0 + 900_000 - 2 * k}')
+        api.append(f'"HIP_RUNTIME_API","hipLaunchKernel",9,9,{i + 1},{t0 + 30_000},{t0 + 35_000}')
+        kern.append(f'"KERNEL_DISPATCH",2,1,1,9,{i + 1},1,"kernel_{i}",{i + 1},{t0 + 40_000},{t0 + 50_000},0,0,64,1,1,64,1,1')
+    for name, rows in (("9_marker_api_trace.csv", mk), ("9_hip_api_trace.csv", api), ("9_kernel_trace.csv", kern)):
+        (d / name).write_text("\n".join(rows) + "\n")
+    return d
+
+
+def _nsys(tmp: Path) -> Path:
+    """The real saxpy export (NVTX + CUDA runtime) with one NVTX push/pop chain around each kernel's launch."""
+    p = tmp / "saxpy.sqlite"
+    shutil.copy(data_file("samples", "nsys", "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"), p)
+    con = sqlite3.connect(p)
+    launches = con.execute("SELECT min(r.start), max(r.end), r.globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN "
+                           "CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId GROUP BY k.correlationId "
+                           "ORDER BY k.start").fetchall()
+    assert len(launches) == 5  # the export's 5 kernels, each launched from the main thread
+    con.execute("DELETE FROM NVTX_EVENTS WHERE eventType = 59")
+    want = []
+    for (chain, w), (start, end, tid) in zip(TABLE, launches):
+        for k, label in enumerate(chain):
+            con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, ?, ?)",
+                        (start - 1000 + k, end + 1000 - k, label, tid))
+        want.append(w)
+    con.commit()
+    con.close()
+    return p, want
+
+
+def _observed(profile) -> list[tuple]:
+    frame = events_of(profile)
+    k = frame.table == 0
+    order = frame.start[k].argsort()
+    phases = [profile.string(int(x)) for x in frame.phase[k][order]]
+    return [(ph, int(st), int(ly), ro) for ph, st, ly, ro in zip(phases, frame.step[k][order], frame.layer[k][order],
+                                                                   frame.role[k][order])]
+
+
+def test_kineto_path(tmp_path):
+    assert _observed(import_paths([_kineto(tmp_path)])) == [w for _, w in TABLE]
+
+
+def test_rocprofv3_csv_path(tmp_path):
+    assert _observed(import_paths([_csv(tmp_path)])) == [w for _, w in TABLE]
+
+
+def test_nsys_path(tmp_path):
+    p, want = _nsys(tmp_path)
+    assert _observed(import_paths([p])) == want
