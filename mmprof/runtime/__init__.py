@@ -12,7 +12,8 @@ Public API (stable; other mmprof modules use only these names):
 - `build_model(args, switches, tp=1, ep=1, rank=0, device='cpu'|'meta'|'cuda', dtype=torch.float32,
   group=None, seed=0) -> Transformer`. `device='meta'` builds shapes only (e.g. per TP rank for
   `mmprof shapes`). Without `group`, tp > 1 builds one rank's slice without collectives.
-  `model.set_switches(sw)` changes switches between runs without rebuilding.
+  `model.set_switches(sw)` changes switches between runs without rebuilding. The model modules are written
+  for one device; tp > 1 goes through `mmprof.runtime.parallel.apply(model, plan, comm)` (TP/EP as a transform).
 - `load_weights(model, path)` - Hugging Face safetensors (transformers or released-checkpoint names).
 - `Workload(batch, prompt_len, decode_steps, seed, prompt)` and `generate(model, workload) -> GenerateResult`
   (tokens, prefill_ms, decode_ms per step, prefill_tok_s, decode_tok_s).

@@ -3,6 +3,7 @@
 Sparse layers use one column-parallel GEMM emitting [q | k | v | index_q | index_k] (vLLM's
 MinimaxM3QKVParallelLinearWithIndexer); full layers a plain fused qkv. A layer that reuses another layer's
 block selection (block_reuse K > 1) multiplies only the [q | k | v] rows of the same weight (a view).
+Written for one device; parallel.py shards the heads and all-reduces o_proj's output under TP.
 """
 
 from __future__ import annotations
@@ -68,17 +69,19 @@ def attend_sparse_gather(q, k, v, pos: int, scale: float, sel: torch.Tensor, blo
 
 
 class Attention(nn.Module):
-    def __init__(self, args, plan, layer_id: int, sparse: bool, comm):
+    """Full or MSA-sparse attention with all heads on one device (parallel.apply shards the heads)."""
+
+    def __init__(self, args, layer_id: int, sparse: bool):
         super().__init__()
-        self.layer_id, self.sparse, self.comm = layer_id, sparse, comm
+        self.layer_id, self.sparse = layer_id, sparse
         self.hd, self.ihd = args.head_dim, args.index_head_dim
-        self.nh, self.nkv, self.nih = plan.n_heads, plan.n_kv_heads, plan.n_index_heads
+        self.nh, self.nkv, self.nih = args.n_heads, args.n_kv_heads, args.index_n_heads
         self.block, self.topk, self.local = args.index_block_size, args.index_topk_blocks, args.index_local_blocks
-        self.qkv_n = plan.qkv_n
+        self.qkv_n = (self.nh + 2 * self.nkv) * self.hd  # width of [q | k | v]
         self.scale = args.head_dim ** -0.5
-        # [H] -> [q | k | v (| index_q | index_k)]
-        self.qkv = nn.Linear(args.hidden_size, plan.qkv_index_n if sparse else plan.qkv_n, bias=False)
-        self.o_proj = nn.Linear(plan.o_proj_k, args.hidden_size, bias=False)  # row-parallel
+        n = self.qkv_n + ((self.nih + 1) * self.ihd if sparse else 0)
+        self.qkv = nn.Linear(args.hidden_size, n, bias=False)  # [H] -> [q | k | v (| index_q | index_k)]
+        self.o_proj = nn.Linear(self.nh * self.hd, args.hidden_size, bias=False)  # [heads * D] -> [H]
         self.q_norm = GemmaRMSNorm(args.head_dim, args.norm_eps)
         self.k_norm = GemmaRMSNorm(args.head_dim, args.norm_eps)
         if sparse:
@@ -86,7 +89,7 @@ class Attention(nn.Module):
             self.index_k_norm = GemmaRMSNorm(args.index_head_dim, args.norm_eps)
 
     def forward(self, x: torch.Tensor, pos: int, cos: torch.Tensor, sin: torch.Tensor, cache, state) -> torch.Tensor:
-        """x: [B, T, H] -> [B, T, H] (already all-reduced under TP)."""
+        """x: [B, T, H] -> [B, T, H]."""
         b, t, _ = x.shape
         p = f"layers.{self.layer_id}.attn"
         sw, log = state.switches, state.dispatch
@@ -115,23 +118,25 @@ class Attention(nn.Module):
                     ik_all = cache.write_index(pos, ik.transpose(1, 2))  # [B, 1, L, Di]
                     sel = select_blocks(iq.transpose(1, 2), ik_all, pos, self.block, self.topk, self.local)
                 state.set_selection(self.layer_id, sel)
-                log.log(self.layer_id, "attn.indexer", "computed", "computed", None, f"{p}.indexer")
+                log.log(layer=self.layer_id, op="attn.indexer", impl="computed", requested="computed",
+                        scope=f"{p}.indexer")
             else:
                 sel = state.selection
-                log.log(self.layer_id, "attn.indexer", "reused", "reused", None, f"{p}.indexer")
+                log.log(layer=self.layer_id, op="attn.indexer", impl="reused", requested="reused",
+                        scope=f"{p}.indexer")
         with scope(f"{p}.core"):
             if sel is None:
                 o = attend_dense(q, keys, vals, pos, self.scale)
                 if self.sparse:
-                    log.log(self.layer_id, "attn.core", "dense", sw.attention, None, f"{p}.core")
+                    log.log(layer=self.layer_id, op="attn.core", impl="dense", requested=sw.attention,
+                            scope=f"{p}.core")
             elif t <= GATHER_MAX_T:
                 o = attend_sparse_gather(q, keys, vals, pos, self.scale, sel, self.block)
-                log.log(self.layer_id, "attn.core", "sparse", "sparse", None, f"{p}.core")
+                log.log(layer=self.layer_id, op="attn.core", impl="sparse", requested="sparse", scope=f"{p}.core")
             else:
                 o = attend_sparse_masked(q, keys, vals, pos, self.scale, sel, self.block)
-                log.log(self.layer_id, "attn.core", "sparse_masked", "sparse",
-                        f"{t}-token prefill: block mask over dense scores (no gather kernel for long query runs)",
-                        f"{p}.core")
+                log.log(layer=self.layer_id, op="attn.core", impl="sparse_masked", requested="sparse",
+                        scope=f"{p}.core",
+                        reason=f"{t}-token prefill: block mask over dense scores (no gather kernel for long query runs)")
         with scope(f"{p}.o_proj"):
-            out = self.o_proj(o.transpose(1, 2).reshape(b, t, self.nh * self.hd))
-            return self.comm.all_reduce(out)
+            return self.o_proj(o.transpose(1, 2).reshape(b, t, self.nh * self.hd))  # [B, T, H]

@@ -2,8 +2,9 @@
 
 One record per call of a switchable op, with exactly the columns of the Profile `dispatch` table
 (rank, step, phase, layer, op, impl, requested, reason, scope). `generate()` sets step/phase; the model
-appends. Ops and impls (DEVELOPERS.md): moe.experts (grouped_mm | grouped_bmm | loop), moe.shared
-(fused | separate), attn.indexer (computed | reused), attn.core (sparse | sparse_masked | dense).
+appends with `log(layer=, op=, impl=, requested=, scope=, reason=)` (keywords only). Ops and impls
+(DEVELOPERS.md): moe.experts (grouped_mm | grouped_bmm | loop), moe.shared (fused | separate),
+attn.indexer (computed | reused), attn.core (sparse | sparse_masked | dense).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ class DispatchLog:
     def set_step(self, step: int, phase: str) -> None:
         self.step, self.phase = step, phase
 
-    def log(self, layer: int, op: str, impl: str, requested: str, reason: str | None, scope: str) -> None:
+    def log(self, *, layer: int, op: str, impl: str, requested: str, scope: str, reason: str | None = None) -> None:
+        """Append one record (keywords only, so a call reads as the row it writes)."""
         if self.enabled:
             self.records.append(
                 DispatchRecord(self.rank, self.step, self.phase, layer, op, impl, requested,

@@ -1,4 +1,4 @@
-"""Small building blocks: Gemma RMSNorm, partial NeoX RoPE, SwiGLU-OAI, and the TP collectives wrapper."""
+"""Small building blocks: Gemma RMSNorm, partial NeoX RoPE, SwiGLU-OAI."""
 
 from __future__ import annotations
 
@@ -45,28 +45,3 @@ def swiglu_oai(gate_up: torch.Tensor, alpha: float, limit: float) -> torch.Tenso
     up = up.clamp(min=-limit, max=limit)
     return (up + 1.0) * (gate * torch.sigmoid(gate * alpha))
 
-
-class Comm:
-    """Tensor-parallel collectives; a no-op when there is no process group (tp == 1 or a simulated slice)."""
-
-    def __init__(self, group=None, tp: int = 1):
-        self.group = group
-        self.tp = tp
-        self.active = group is not None and tp > 1
-
-    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        if self.active:
-            import torch.distributed as dist
-
-            dist.all_reduce(x, group=self.group)
-        return x
-
-    def all_gather_last(self, x: torch.Tensor) -> torch.Tensor:
-        """Concatenate each rank's x along the last dim (rank order)."""
-        if not self.active:
-            return x
-        import torch.distributed as dist
-
-        parts = [torch.empty_like(x) for _ in range(self.tp)]
-        dist.all_gather(parts, x.contiguous(), group=self.group)
-        return torch.cat(parts, dim=-1)

@@ -1,7 +1,9 @@
 """The MiniMax M3 text backbone (gpt-fast style): Switches, Transformer, build_model.
 
 One decoder layer = Gemma RMSNorm -> Attention (full or MSA sparse) -> residual -> Gemma RMSNorm ->
-dense MLP (SwiGLU-OAI) or MoE -> residual. Tensor/expert parallel through `ShardPlan` (see tp.py).
+dense MLP (SwiGLU-OAI) or MoE -> residual. The modules are written for one device; `build_model` with
+tp > 1 hands the model to `parallel.apply`, which shards it per the `ShardPlan` (tp.py) and adds the
+collectives as forward hooks.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import torch.nn as nn
 
 from mmprof.errors import BadInput
 
+from . import parallel
 from .attention import Attention
 from .dispatch import DispatchLog
-from .layers import Comm, GemmaRMSNorm, rope_table, swiglu_oai
+from .layers import GemmaRMSNorm, rope_table, swiglu_oai
 from .moe import MoE
 from .scopes import scope
 from .tp import ShardPlan, shard_plan
@@ -69,29 +72,31 @@ class RunState:
 
 
 class DenseMLP(nn.Module):
-    def __init__(self, args, inter: int, layer_id: int, comm):
+    def __init__(self, args, layer_id: int):
         super().__init__()
-        self.layer_id, self.comm = layer_id, comm
+        self.layer_id = layer_id
         self.alpha, self.limit = args.swiglu_alpha, args.swiglu_limit
-        self.gate_up = nn.Linear(args.hidden_size, 2 * inter, bias=False)  # column-parallel [gate | up]
-        self.down = nn.Linear(inter, args.hidden_size, bias=False)  # row-parallel
+        inter = args.dense_intermediate
+        self.gate_up = nn.Linear(args.hidden_size, 2 * inter, bias=False)  # [H] -> [gate | up]
+        self.down = nn.Linear(inter, args.hidden_size, bias=False)  # [I] -> [H]
 
     def forward(self, x: torch.Tensor, state) -> torch.Tensor:
+        """x: [B, T, H] -> [B, T, H]."""
         with scope(f"layers.{self.layer_id}.mlp"):
-            return self.comm.all_reduce(self.down(swiglu_oai(self.gate_up(x), self.alpha, self.limit)))
+            return self.down(swiglu_oai(self.gate_up(x), self.alpha, self.limit))
 
 
 class Block(nn.Module):
-    def __init__(self, args, plan: ShardPlan, layer_id: int, comm):
+    def __init__(self, args, layer_id: int):
         super().__init__()
         self.layer_id = layer_id
-        self.attn = Attention(args, plan, layer_id, args.attn_types[layer_id] == "sparse", comm)
-        self.mlp = (MoE(args, plan, layer_id, comm) if args.mlp_types[layer_id] == "moe"
-                    else DenseMLP(args, plan.dense_intermediate, layer_id, comm))
+        self.attn = Attention(args, layer_id, args.attn_types[layer_id] == "sparse")
+        self.mlp = MoE(args, layer_id) if args.mlp_types[layer_id] == "moe" else DenseMLP(args, layer_id)
         self.input_norm = GemmaRMSNorm(args.hidden_size, args.norm_eps)
         self.post_attn_norm = GemmaRMSNorm(args.hidden_size, args.norm_eps)
 
     def forward(self, x, pos, cos, sin, cache, state):
+        """x: [B, T, H] -> [B, T, H]."""
         with scope(f"layers.{self.layer_id}.norm"):
             h = self.input_norm(x)
         x = x + self.attn(h, pos, cos, sin, cache, state)
@@ -101,17 +106,22 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """forward(tokens [B, T], pos, caches) -> logits [B, T or 1, vocab] (the full vocab on every TP rank)."""
+    """forward(tokens [B, T], pos, caches) -> logits [B, T or 1, vocab].
 
-    def __init__(self, args, plan: ShardPlan, comm: Comm, switches: Switches, dtype: torch.dtype):
+    Built for one device, where `plan` is the trivial TP=1 plan; `parallel.apply` replaces it with the rank's.
+    With a process group every rank's logits cover the full vocab (all-gathered); a rank slice built
+    without one returns its own vocab rows."""
+
+    def __init__(self, args, switches: Switches, dtype: torch.dtype):
         super().__init__()
-        self.args, self.plan, self.comm, self.dtype = args, plan, comm, dtype
-        self.switches = switches
-        self.dispatch = DispatchLog(rank=plan.rank)
-        self.embed = nn.Embedding(plan.vocab_rows, args.hidden_size)  # vocab-parallel rows
-        self.layers = nn.ModuleList(Block(args, plan, i, comm) for i in range(args.n_layers))
+        self.args, self.dtype, self.switches = args, dtype, switches
+        self.plan: ShardPlan = shard_plan(args)  # what this model holds: everything (tp=1)
+        self.dispatch = DispatchLog(rank=0)
+        # vocab padded to a multiple of 64 as vLLM does (the extra rows are never looked up; logits trimmed)
+        self.embed = nn.Embedding(self.plan.vocab_padded, args.hidden_size)  # [V', H]
+        self.layers = nn.ModuleList(Block(args, i) for i in range(args.n_layers))
         self.norm = GemmaRMSNorm(args.hidden_size, args.norm_eps)
-        self.lm_head = nn.Linear(args.hidden_size, plan.vocab_rows, bias=False)  # vocab-parallel
+        self.lm_head = nn.Linear(args.hidden_size, self.plan.vocab_padded, bias=False)  # [H] -> [V']
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
         self._sparse_ord = {l: i for i, l in enumerate(args.sparse_layers)}
 
@@ -125,22 +135,12 @@ class Transformer(nn.Module):
         cos, sin = self._rope
         return cos[pos:pos + t].to(self.dtype), sin[pos:pos + t].to(self.dtype)
 
-    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
-        if self.plan.tp == 1:
-            return self.embed(tokens)
-        if not self.comm.active:  # a rank slice without peers: fold ids into the local shard so every
-            return self.embed(tokens % self.plan.vocab_rows)  # token gets a real row (realistic routing)
-        local = tokens - self.plan.vocab_start
-        inside = (local >= 0) & (local < self.plan.vocab_rows)
-        x = self.embed(local.clamp(0, self.plan.vocab_rows - 1)) * inside[..., None].to(self.dtype)
-        return self.comm.all_reduce(x)
-
     def forward(self, tokens: torch.Tensor, pos: int, caches, last_only: bool = False,
                 capture: dict | None = None) -> torch.Tensor:
         b, t = tokens.shape
         state = RunState(self.switches, self.dispatch, self._sparse_ord, capture=capture)
         with scope("embed"):
-            x = self.embed_tokens(tokens)
+            x = self.embed(tokens)  # [B, T, H]
         cos, sin = self.rope(pos, t)
         for layer, cache in zip(self.layers, caches):
             x = layer(x, pos, cos, sin, cache, state)
@@ -149,7 +149,7 @@ class Transformer(nn.Module):
         with scope("final_norm"):
             x = self.norm(x)
         with scope("lm_head"):
-            logits = self.comm.all_gather_last(self.lm_head(x))
+            logits = self.lm_head(x)  # [B, T, V'] (V' = padded vocab, or this rank's rows in a slice)
             if logits.shape[-1] > self.args.vocab_size:
                 logits = logits[..., : self.args.vocab_size]
         return logits
@@ -168,13 +168,14 @@ def build_model(args, switches: Switches | None = None, tp: int = 1, ep: int = 1
     if args.slice_tp > 1 and tp == 1 and group is None:
         tp, rank = args.slice_tp, args.slice_rank
     dtype = dtype or torch.float32
-    plan = shard_plan(args, tp, ep, rank)
-    comm = Comm(group, tp)
-    with torch.device("meta"):
-        model = Transformer(args, plan, comm, switches or Switches(), dtype)
+    plan = shard_plan(args, tp, ep, rank)  # vLLM's refusals before anything is built
+    with torch.device("meta"):  # the single-device model, shapes only
+        model = Transformer(args, switches or Switches(), dtype)
     for name, p in model.named_parameters():
         if not name.endswith("mlp.gate.weight"):  # the router stays fp32 (vLLM keeps router params fp32)
             p.data = p.data.to(dtype)
+    if plan.tp > 1:  # shard while still on meta, where narrowing a parameter only changes its shape
+        parallel.apply(model, plan, parallel.Comm(group, tp))
     if str(device) == "meta":
         return model
     model = model.to_empty(device=device)

@@ -5,6 +5,7 @@ w2 [slots, H, I]. When the shared expert has the same local intermediate size as
 and not under EP) it is stored as the extra slot `n_local_experts`, so `shared_expert=fused` appends it to
 every token's top-k with weight 1/routed_scaling_factor (contributes 1.0x after the 2.0x scale, as vLLM's
 fused shared expert), and `separate` runs the same weights as its own two GEMMs. Both switch at run time.
+Written for one device; parallel.py narrows the experts per rank and hooks the all-reduce onto `reduce`.
 """
 
 from __future__ import annotations
@@ -43,27 +44,34 @@ def _grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.T
     return fn(a, b, offs=offs)
 
 
+UNFUSED_SIZES = "shared expert intermediate differs from a routed expert's; cannot share the grouped GEMM"
+
+
 class MoE(nn.Module):
-    def __init__(self, args, plan, layer_id: int, comm):
+    """All experts on one device; parallel.apply narrows them (TP: intermediate, EP: whole experts)."""
+
+    def __init__(self, args, layer_id: int):
         super().__init__()
-        self.layer_id, self.comm = layer_id, comm
+        self.layer_id = layer_id
         self.top_k, self.n_experts = args.top_k, args.n_experts
         self.scale = args.routed_scaling_factor
         self.alpha, self.limit = args.swiglu_alpha, args.swiglu_limit
-        self.e0, self.n_local = plan.expert_start, plan.n_local_experts
-        self.ep = plan.ep > 1
-        self.fusable = (not self.ep and args.n_shared_experts > 0
-                        and plan.shared_intermediate == plan.moe_intermediate)
-        h, i = args.hidden_size, plan.moe_intermediate
+        self.e0, self.n_local = 0, args.n_experts  # experts e0 .. e0+n_local-1 live here (EP holds a range)
+        h, i, si = args.hidden_size, args.moe_intermediate, args.shared_intermediate * args.n_shared_experts
+        self.has_shared = args.n_shared_experts > 0
+        self.fusable = self.has_shared and si == i  # the shared expert fits an expert slot
+        self.unfused_reason = None if self.fusable else UNFUSED_SIZES  # why shared_expert=fused falls back
         slots = self.n_local + (1 if self.fusable else 0)
-        self.gate = nn.Linear(h, args.n_experts, bias=False, dtype=torch.float32)  # router, fp32, replicated
+        self.gate = nn.Linear(h, args.n_experts, bias=False, dtype=torch.float32)  # router, fp32
         self.register_buffer("e_score_correction_bias", torch.zeros(args.n_experts, dtype=torch.float32))
         self.w13 = nn.Parameter(torch.empty(slots, 2 * i, h))  # [slots, 2I, H]
         self.w2 = nn.Parameter(torch.empty(slots, h, i))  # [slots, H, I]
-        if args.n_shared_experts > 0 and not self.fusable:
-            self.shared_w13 = nn.Parameter(torch.empty(2 * plan.shared_intermediate, h))
-            self.shared_w2 = nn.Parameter(torch.empty(h, plan.shared_intermediate))
-        self.has_shared = args.n_shared_experts > 0
+        if self.has_shared and not self.fusable:
+            self.shared_w13 = nn.Parameter(torch.empty(2 * si, h))  # [2I_s, H]
+            self.shared_w2 = nn.Parameter(torch.empty(h, si))  # [H, I_s]
+        # the layer's output (routed + shared); one device: identity. Under TP/EP parallel.apply hooks the
+        # layer's single all-reduce here, so it runs inside layers.{i}.moe.routed.
+        self.reduce = nn.Identity()
 
     # -- pieces -------------------------------------------------------------------------------------------
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,42 +132,39 @@ class MoE(nn.Module):
 
     # -- forward ------------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor, state) -> torch.Tensor:
-        """x: [B, T, H] -> [B, T, H] (all-reduced under TP/EP: one all-reduce per MoE layer)."""
+        """x: [B, T, H] -> [B, T, H]."""
         b, t, h = x.shape
         x = x.view(-1, h)
         p = f"layers.{self.layer_id}.moe"
         sw, log = state.switches, state.dispatch
         with scope(f"{p}.router"):
             w, ids = self.route(x)
-        fuse = sw.shared_expert == "fused" and self.has_shared and self.fusable
+        fuse = sw.shared_expert == "fused" and self.fusable
         if self.has_shared:
-            reason = None
-            if sw.shared_expert == "fused" and not self.fusable:
-                reason = ("fused shared expert is disabled under expert parallelism (as in vLLM)" if self.ep else
-                          "shared expert intermediate differs from a routed expert's; cannot share the grouped GEMM")
-            log.log(self.layer_id, "moe.shared", "fused" if fuse else "separate", sw.shared_expert, reason,
-                    f"{p}.routed" if fuse else f"{p}.shared")
-        slots = ids - self.e0 if self.ep else ids
-        if self.ep:
-            slots = slots.masked_fill((ids < self.e0) | (ids >= self.e0 + self.n_local), -1)
+            log.log(layer=self.layer_id, op="moe.shared", impl="fused" if fuse else "separate",
+                    requested=sw.shared_expert, scope=f"{p}.routed" if fuse else f"{p}.shared",
+                    reason=self.unfused_reason if sw.shared_expert == "fused" and not fuse else None)
+        slots = ids  # [N, k] expert id -> local weight slot
+        if self.n_local < self.n_experts:  # only experts e0.. are here (EP): others' pairs get slot -1
+            slots = (ids - self.e0).masked_fill((ids < self.e0) | (ids >= self.e0 + self.n_local), -1)
         shared = None
         if self.has_shared and not fuse:
             with scope(f"{p}.shared"):
-                shared = self._shared(x)
-        with scope(f"{p}.routed"):  # the MoE layer's single all-reduce is attributed here
+                shared = self._shared(x)  # [N, H]
+        with scope(f"{p}.routed"):  # the MoE layer's single all-reduce (TP/EP) is attributed here
             if fuse:  # the shared expert as an always-selected extra slot, weight 1/scale
                 n = x.shape[0]
                 slots = torch.cat([slots, torch.full((n, 1), self.n_local, device=x.device, dtype=slots.dtype)], 1)
                 w = torch.cat([w, torch.full((n, 1), 1.0 / self.scale, device=x.device, dtype=w.dtype)], 1)
             if sw.moe_impl == "loop":
                 out = self._experts_loop(x, w, slots)
-                log.log(self.layer_id, "moe.experts", "loop", "loop", None, f"{p}.routed")
+                log.log(layer=self.layer_id, op="moe.experts", impl="loop", requested="loop", scope=f"{p}.routed")
             else:
                 why = self._align_reason(x) or grouped_mm_unavailable(x.device, x.dtype)
                 out = self._experts_grouped(x, w, slots, use_mm=why is None)
-                log.log(self.layer_id, "moe.experts", "grouped_mm" if why is None else "grouped_bmm",
-                        "grouped_mm", why, f"{p}.routed")
-            out = out * self.scale
+                log.log(layer=self.layer_id, op="moe.experts", impl="grouped_mm" if why is None else "grouped_bmm",
+                        requested="grouped_mm", scope=f"{p}.routed", reason=why)
+            out = out * self.scale  # [N, H]
             if shared is not None:
                 out = out + shared
-            return self.comm.all_reduce(out).view(b, t, h)
+            return self.reduce(out).view(b, t, h)

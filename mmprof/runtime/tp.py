@@ -1,8 +1,8 @@
 """The sharding plan: per-rank local sizes of every module, as vLLM shards MiniMax M3.
 
-`shard_plan(args, tp, ep, rank)` is a pure function (no torch, no process group). Both the model constructor
-(also on the meta device, e.g. for `mmprof shapes --tp 8`) and the weight loader use it, so the shapes we
-build and the slices we load can never disagree.
+`shard_plan(args, tp, ep, rank)` is a pure function (no torch, no process group). Both `parallel.apply`, which
+shards the single-device model into a rank (also on the meta device, e.g. for `mmprof shapes --tp 8`), and
+the weight loader use it, so the shapes we build and the slices we load can never disagree.
 
 Layout (vLLM `vllm/models/minimax_m3`):
 - fused QKV(+index) is column-parallel: q heads split by tp; KV heads per rank = max(1, kv / tp), replicated

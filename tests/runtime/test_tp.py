@@ -116,3 +116,114 @@ def test_torchrun_launch_matches_single_rank(tmp_path):
     r2 = json.loads([ln for ln in two.stdout.splitlines() if ln.startswith("{")][-1])
     assert r2["tp"] == 2 and r2["backend"] == "gloo" and r1["tp"] == 1
     assert r1["tokens"] == r2["tokens"]
+
+
+# -- parallel.apply: TP as a transform of the single-device model -------------------------------------------
+@pytest.mark.parametrize("tp,ep", [(2, 1), (4, 1), (2, 2)], ids=["tp2", "tp4-kv-replicated", "tp2-ep2"])
+def test_apply_on_real_weights_equals_loader_slices(tp, ep):
+    """Sharding a materialised single-device model gives, tensor for tensor, what the loader puts into a rank
+    built directly (two codes that read the same ShardPlan: the transform's spans and the loader's slices)."""
+    import copy
+
+    from mmprof.runtime import build_model
+    from mmprof.runtime.parallel import apply
+    from mmprof.runtime.weights import init_random
+
+    args = get_preset("tiny")
+    full = build_model(args, seed=0)
+    for rank in range(tp):
+        shard = apply(copy.deepcopy(full), shard_plan(args, tp, ep, rank))
+        direct = build_model(args, tp=tp, ep=ep, rank=rank, seed=None)
+        init_random(direct, 0, full=True)  # full tensors drawn, then sliced by the loader
+        a, b = dict(shard.named_parameters()), dict(direct.named_parameters())
+        assert list(a) == list(b)
+        for name, pa in a.items():
+            assert pa.shape == b[name].shape, name
+            assert torch.equal(pa, b[name]), name
+        assert shard.layers[3].mlp.fusable is (ep == 1) and shard.layers[0].attn.nkv == max(1, 2 // tp)
+    with pytest.raises(ValueError, match="already sharded"):
+        apply(shard, shard_plan(args, tp, ep, 0))
+
+
+class _RecordingComm:
+    """An 'active' Comm without peers: records each collective and the innermost runtime scope it ran in."""
+
+    active, tp = True, 2
+
+    def __init__(self, stack):
+        self.stack, self.calls = stack, []
+
+    def all_reduce(self, x):
+        self.calls.append(("all_reduce", self.stack[-1]))
+        return x
+
+    def all_gather_last(self, x):
+        self.calls.append(("all_gather", self.stack[-1]))
+        return torch.cat([x, x], dim=-1)
+
+
+@pytest.mark.parametrize("ep", [1, 2], ids=["tp2", "tp2-ep2"])
+def test_apply_collectives_and_their_scopes(monkeypatch, ep):
+    """Exactly the row-parallel collectives, each inside the scope DEVELOPERS.md names: one all-reduce per
+    o_proj, per dense MLP, per MoE layer (inside moe.routed, shared expert included), the embedding's, and
+    one logits all-gather; with the shared expert fused and separate."""
+    import contextlib
+
+    from mmprof.runtime import Switches, build_model, scopes
+    from mmprof.runtime.kvcache import make_cache
+    from mmprof.runtime.parallel import apply
+
+    stack, orig = ["(none)"], scopes._scope
+
+    @contextlib.contextmanager
+    def tracked(name):
+        stack.append(name)
+        try:
+            with orig(name):
+                yield
+        finally:
+            stack.pop()
+
+    monkeypatch.setattr(scopes, "_scope", tracked)
+    prev = scopes.set_scopes_enabled(True)
+    args = get_preset("tiny")
+    try:
+        for shared in ("fused", "separate"):
+            model = build_model(args, Switches(shared_expert=shared), seed=0)
+            comm = _RecordingComm(stack)
+            apply(model, shard_plan(args, 2, ep, 1), comm)
+            tokens = torch.randint(0, args.vocab_size, (1, 8))
+            model(tokens, 0, make_cache(model, 1, 8))
+            expect = [("all_reduce", "embed")]
+            for i, kind in enumerate(args.mlp_types):
+                expect.append(("all_reduce", f"layers.{i}.attn.o_proj"))
+                expect.append(("all_reduce", f"layers.{i}.moe.routed" if kind == "moe" else f"layers.{i}.mlp"))
+            expect.append(("all_gather", "lm_head"))
+            assert comm.calls == expect, shared
+            shared_rows = [r for r in model.dispatch.rows() if r["op"] == "moe.shared"]
+            assert {r["impl"] for r in shared_rows} == {"separate" if ep > 1 else shared}
+    finally:
+        scopes.set_scopes_enabled(prev)
+
+
+def test_rank_slice_has_no_collectives():
+    """Without a process group a tp > 1 build is one rank's slice: local shapes, no hooks, folded ids."""
+    from mmprof.runtime import build_model
+
+    args = get_preset("tiny")
+    for device in ("meta", "cpu"):
+        m = build_model(args, tp=2, rank=1, device=device, seed=0 if device == "cpu" else None)
+        hooks = [mod for mod in m.modules() if mod._forward_hooks]
+        assert hooks == [] and not m.embed.comm.active
+        assert m.layers[0].attn.o_proj.weight.shape == (128, 4 * args.head_dim)
+        assert m.plan.rank == 1 and m.dispatch.rank == 1
+
+
+def test_dispatch_log_takes_keywords_only():
+    from mmprof.runtime import DispatchLog
+
+    log = DispatchLog(rank=3)
+    with pytest.raises(TypeError):
+        log.log(1, "moe.experts", "loop", "loop", None, "layers.1.moe.routed")
+    log.log(layer=1, op="moe.experts", impl="loop", requested="grouped_mm", scope="layers.1.moe.routed")
+    assert log.rows()[0]["requested"] == "grouped_mm" and log.rows()[0]["rank"] == 3
