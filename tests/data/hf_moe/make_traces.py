@@ -46,7 +46,9 @@ M3_VOCAB = 160
 
 
 def m3_config(experts: str | None):
-    from transformers.models.minimax_m3_vl.configuration_minimax_m3_vl import MiniMaxM3VLTextConfig
+    from transformers.models.minimax_m3_vl.configuration_minimax_m3_vl import (
+        MiniMaxM3VLTextConfig,
+    )
 
     kw = {} if experts is None else {"experts_implementation": experts}
     # Real M3's ratios where cheap (routed = shared expert intermediate, 2*intermediate = hidden, dense = 2*hidden,
@@ -68,7 +70,9 @@ def build(family: str, experts: str):
     torch.manual_seed(0)
     kw = {"experts_implementation": experts, "bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
     if family == "m3":
-        from transformers.models.minimax_m3_vl.modeling_minimax_m3_vl import MiniMaxM3VLForCausalLM
+        from transformers.models.minimax_m3_vl.modeling_minimax_m3_vl import (
+            MiniMaxM3VLForCausalLM,
+        )
         cfg, cls = m3_config(experts), MiniMaxM3VLForCausalLM
     elif family == "qwen3moe":
         cfg = tf.Qwen3MoeConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
@@ -188,7 +192,9 @@ def run_tp() -> None:
 
 def tp_worker(ckpt: str, outdir: str) -> None:
     from transformers import DistributedConfig
-    from transformers.models.minimax_m3_vl.modeling_minimax_m3_vl import MiniMaxM3VLForCausalLM
+    from transformers.models.minimax_m3_vl.modeling_minimax_m3_vl import (
+        MiniMaxM3VLForCausalLM,
+    )
 
     torch.set_num_threads(1)
     # = from_pretrained(..., tp_plan="auto"), which 5.17 still takes but deprecates (gone in 5.18). The process
