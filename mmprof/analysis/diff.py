@@ -25,7 +25,7 @@ import pandas as pd
 from mmprof.analysis.events import EventFrame, events_of
 from mmprof.analysis.timeline import CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, phase_labels, timeline
 from mmprof.errors import NoEvidence
-from mmprof.labels import is_marker
+from mmprof.labels import is_marker, module_event
 from mmprof.units import fmt_ns
 
 NOUNS = {"compute_bound": "compute", "memory_bound": "memory bandwidth", "unattributed": "unattributed compute",
@@ -40,8 +40,8 @@ def event_roles(profile, ev: EventFrame) -> tuple[np.ndarray, pd.Categorical]:
     event's innermost scope label (a range no rule knows), else `(unscoped)`."""
     n = len(ev)
     sinv, su = pd.factorize(ev.scope)
-    fb_u = np.array([UNSCOPED if (s < 0 or is_marker(profile.string(int(s)))) else profile.string(int(s))
-                     for s in su], dtype=object)
+    fb_u = np.array([UNSCOPED if (s < 0 or is_marker(profile.string(int(s))) or module_event(profile.string(int(s))))
+                     else profile.string(int(s)) for s in su], dtype=object)
     fallback = fb_u[sinv] if n else np.array([], dtype=object)
     known = ev.role != None  # noqa: E711
     role = np.where(known, ev.role, fallback)

@@ -18,8 +18,16 @@ from typing import Any
 
 from mmprof.errors import BadInput
 from mmprof.importers._devices import describe_device
-from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta, extend,
-                                        finish, rank_from_env)
+from mmprof.importers._timeline import (
+    add_comm_kernels,
+    add_scopes,
+    assign_ranks,
+    attribute,
+    base_meta,
+    extend,
+    finish,
+    rank_from_env,
+)
 from mmprof.labels import rank_from_name, rank_from_text
 from mmprof.profiles.model import Profile, ProfileBuilder
 

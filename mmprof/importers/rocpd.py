@@ -22,8 +22,18 @@ from typing import Any
 
 from mmprof.errors import BadInput, UnsupportedFormat
 from mmprof.importers._devices import describe_device
-from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta, finish,
-                                        collective_name, drop_idle, extend, rank_from_env)
+from mmprof.importers._timeline import (
+    add_comm_kernels,
+    add_scopes,
+    assign_ranks,
+    attribute,
+    base_meta,
+    collective_name,
+    drop_idle,
+    extend,
+    finish,
+    rank_from_env,
+)
 from mmprof.labels import rank_from_name
 from mmprof.profiles.model import Profile, ProfileBuilder
 

@@ -18,8 +18,17 @@ from typing import Any
 
 from mmprof.errors import BadInput
 from mmprof.importers._devices import describe_device
-from mmprof.importers._timeline import (add_comm_kernels, add_scopes, assign_ranks, attribute, base_meta, finish,
-                                        collective_name, drop_idle, extend)
+from mmprof.importers._timeline import (
+    add_comm_kernels,
+    add_scopes,
+    assign_ranks,
+    attribute,
+    base_meta,
+    collective_name,
+    drop_idle,
+    extend,
+    finish,
+)
 from mmprof.labels import rank_from_name
 from mmprof.profiles.model import Profile, ProfileBuilder
 

@@ -105,7 +105,7 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("start_ns", "int", "start, ns"),
         ("dur_ns", "int", "duration, ns; 0 for instant marks"),
         ("name", "str", "annotation text"),
-        ("source", "str", "user_annotation, gpu_user_annotation, nvtx, roctx, or step"),
+        ("source", "str", "user_annotation, gpu_user_annotation, nvtx, roctx, step, or module (nn.Module frames)"),
         ("depth", "int", "nesting depth on its thread (0 = outermost)"),
         ("parent", "ref:scopes", "enclosing range on the same thread"),
     ],
