@@ -5,9 +5,8 @@ Data flows one way: capture / record / import -> Profile -> analyses -> renderer
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from mmprof.errors import MmprofError  # noqa: E402
-from mmprof.profiles import Profile, load_profile, save_profile  # noqa: E402
+from mmprof._version import __version__
+from mmprof.errors import MmprofError
+from mmprof.profiles import Profile, load_profile, save_profile
 
 __all__ = ["Profile", "load_profile", "save_profile", "MmprofError", "__version__"]

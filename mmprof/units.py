@@ -39,6 +39,11 @@ def fmt_ns(ns: float | None) -> str:
     return f"{ns:.0f} ns"
 
 
+def fmt_ms(ns: float) -> str:
+    """1234567 -> '1.235' (milliseconds, for table columns headed 'ms')."""
+    return f"{ns / 1e6:,.3f}"
+
+
 def fmt_pct(x: float | None, signed: bool = False) -> str:
     if x is None or x != x:
         return "-"

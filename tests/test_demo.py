@@ -7,9 +7,16 @@ import time
 
 import pytest
 
+from mmprof.capture.demo import DemoResult, Step, run_demo, run_step
 from mmprof.cli import main
-from mmprof.cli.demo import DemoResult, Step, invoke, render, run_demo
+from mmprof.errors import BadInput
 from mmprof.profiles import load_profile
+from mmprof.render.text.demo import render_demo
+from rich.console import Console
+
+
+def render(res):
+    render_demo(res, Console(highlight=False, soft_wrap=False))
 
 
 @pytest.fixture(scope="module")
@@ -73,22 +80,17 @@ def test_render_tells_the_story(demo_result, capsys):
     json.dumps(demo_result.to_dict())  # --json output is serialisable
 
 
-def test_missing_command_is_reported_not_fatal(monkeypatch, capsys):
-    import mmprof.cli as cli
+def test_failing_step_is_reported_with_its_error_and_the_demo_goes_on(capsys):
+    def fail():
+        raise BadInput("/nonexistent/profile.json: no such file")
 
-    monkeypatch.setitem(cli.COMMANDS, "nothing-yet", ("mmprof.cli.not_written", "x", "not there"))
-    s = invoke("nothing", ["nothing-yet", "a.json"])
-    assert s.status == "unavailable" and "not available yet" in s.message
-    res = DemoResult("d", steps=[Step("diff", ["mmprof", "diff"], "unavailable", message="`mmprof diff` is not available yet")],
-                     overlap={"error": "no sparse layers"})
+    s = run_step("diff", ["mmprof", "diff", "a", "b"], fail)
+    assert s.status == "error" and s.exit_code == 2 and "/nonexistent/profile.json" in s.message
+    res = DemoResult("d", steps=[s], overlap={"error": "no sparse layers"})
     render(res)
     out = " ".join(capsys.readouterr().out.split())
-    assert "diff: not available yet" in out and "could not measure: no sparse layers" in out
-
-
-def test_failing_command_is_reported_with_its_error():
-    s = invoke("summary", ["summary", "/nonexistent/profile.json"])
-    assert s.status == "error" and s.exit_code == 2 and "/nonexistent/profile.json" in s.message
+    assert "diff: could not run (exit 2): /nonexistent/profile.json" in out
+    assert "could not measure: no sparse layers" in out
 
 
 @pytest.mark.slow

@@ -160,7 +160,7 @@ def test_html_and_markdown_escape_trace_strings():
 def test_terminal_rendering_escapes_markup():
     from rich.console import Console
 
-    from mmprof.render.terminal_report import render_diff
+    from mmprof.render.text.report import render_diff
 
     s = Synth()
     s.kernel("[red]fake[/red]", 0, 50_000, op=SKINNY, scope="layers.0.attn.core")

@@ -23,7 +23,15 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.events import EventFrame, events_of
-from mmprof.analysis.timeline import CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, phase_labels, timeline
+from mmprof.analysis.timeline import (
+    CATEGORIES,
+    LABELS,
+    NO_PHASE,
+    StepStats,
+    TimelineResult,
+    phase_labels,
+    timeline,
+)
 from mmprof.errors import NoEvidence
 from mmprof.labels import is_marker, module_event
 from mmprof.units import fmt_ns

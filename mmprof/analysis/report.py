@@ -15,11 +15,22 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.checks.verify import verify
-from mmprof.analysis.launch import LaunchStats, launch_analysis
-from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, summarise_bounds
 from mmprof.analysis.events import CAT_COMM, CAT_MEMCPY, EventFrame, events_of
-from mmprof.analysis.timeline import NO_PHASE, Breakdown, StepStats, phase_labels, timeline
-from mmprof.errors import MmprofError
+from mmprof.analysis.launch import LaunchStats, launch_analysis
+from mmprof.analysis.roofline import (
+    BOUND_COMPUTE,
+    BOUND_MEMORY,
+    BoundSummary,
+    summarise_bounds,
+)
+from mmprof.analysis.timeline import (
+    NO_PHASE,
+    Breakdown,
+    StepStats,
+    phase_labels,
+    timeline,
+)
+from mmprof.errors import MmprofError, NoEvidence
 
 TOP_KERNELS = 10
 
@@ -166,13 +177,9 @@ def build_report(profile, phase: str | None = None, rank: int | None = None, top
     la = launch_analysis(profile, ev, tl)
     phases = tl.phases if phase is None else [phase]
     if phase is not None and phase not in tl.phases:
-        from mmprof.errors import NoEvidence
-
         raise NoEvidence(f"the profile has no {phase!r} phase (it has: {', '.join(tl.phases)})")
     ranks = tl.ranks if rank is None else [rank]
     if rank is not None and rank not in tl.ranks:
-        from mmprof.errors import NoEvidence
-
         raise NoEvidence(f"the profile has no events on rank {rank} (ranks: {tl.ranks})")
     lab = phase_labels(profile, ev.phase)
 

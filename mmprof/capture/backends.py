@@ -20,7 +20,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from mmprof.capture.command import run_command
 from mmprof.errors import BadInput, CaptureUnavailable
+from mmprof.importers import import_paths
+from mmprof.profiles.io import save_profile
 
 INSTALL_HINT = {
     "rocprofv3": "it ships with ROCm (rocprofiler-sdk; rocpd output needs ROCm >= 7.0): add /opt/rocm/bin to PATH",
@@ -54,10 +57,6 @@ def nsys_export_command(exe: str, report: Path) -> list[str]:
 
 def record_with_tool(backend: str, cmd: list[str], out_path: Path, tdir: Path, opts, result):
     """Run `cmd` under the tool, import what it wrote, save the Profile. Returns (result, profile)."""
-    from mmprof.capture.record import run_command
-    from mmprof.importers import import_paths
-    from mmprof.profiles.io import save_profile
-
     if not cmd:
         raise BadInput("no command given: use `mmprof record [OPTIONS] -- CMD ARGS...`")
     if opts.steps is not None or opts.mode != "full":

@@ -1,17 +1,24 @@
-"""Start the N ranks of `mmprof run --tp N` on one host, or join the ranks torchrun already started.
+"""The one way mmprof starts N ranks on one host, or joins the ranks torchrun already started.
 
-`spawn_ranks` starts N processes (`python -m mmprof.capture.launch`), one free TCP port on 127.0.0.1, gloo on
-CPU and NCCL (RCCL on ROCm) on GPUs. Each rank runs `runtime_run.run_rank`, captures its own trace into the
-shared work directory and writes its outcome (timings, dispatch rows, trace path) there as JSON; the
-parent reads them back. A rank that fails writes its one-line error first, so the parent can say which rank
-failed and why instead of a wall of tracebacks.
+`spawn_ranks(target, payload, world, work_dir, device)` starts `world` processes (`python -m mmprof.capture.launch`),
+one free TCP port on 127.0.0.1, gloo on CPU and NCCL (RCCL on ROCm) on GPUs, one GPU per rank. Each rank joins the
+process group and calls `target` (a "module:function" string) with the JSON `payload` and a `RankContext`; the
+function returns a JSON-able dict, which the rank writes to the shared work directory and the parent reads back,
+in rank order. A rank that fails writes its one-line error first, so the parent can say which rank failed and why
+instead of a wall of tracebacks. A subprocess per rank (rather than multiprocessing's spawn) works from any
+caller: a script without a `__main__` guard, pytest, or the `mmprof` entry point.
 
-`run_under_torchrun` is for `torchrun ... -m mmprof run`: every rank runs its share against the existing
-process group, writes its outcome next to the output, and after a barrier rank 0 collects them all.
+`join_torchrun(target, payload, work_dir, device)` is for commands run under `torchrun ... -m mmprof ...`: this
+process is one rank of the job; it runs its share, writes its outcome, and after a barrier rank 0 returns every
+rank's outcome (the others return None).
+
+Users: `mmprof run --tp N` (`mmprof.capture.runtime_run:rank_main`) and `mmprof shapes --live`
+(`mmprof.capture.shapes_live:rank_main`).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import socket
@@ -19,11 +26,27 @@ import subprocess
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 from mmprof.errors import BadInput, MmprofError
+from mmprof.runtime.dist import destroy, init_distributed
 
 POLL_S = 0.2
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class RankContext:
+    """What a rank's function gets besides its payload."""
+
+    rank: int
+    world_size: int
+    device: str            # "cpu" or this rank's "cuda:N"
+    group: Any             # the torch.distributed group; None for a single rank
+    work_dir: Path         # shared by all ranks
+    progress: Progress | None = None  # rank 0 only
 
 
 def free_port() -> int:
@@ -38,6 +61,12 @@ def _outcome_path(work_dir: Path, rank: int) -> Path:
 
 def _error_path(work_dir: Path, rank: int) -> Path:
     return work_dir / f"error.rank{rank}.txt"
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, path)
 
 
 class FileProgress:
@@ -60,25 +89,31 @@ def read_progress(path: Path) -> tuple[int, int, str] | None:
         return None
 
 
-def _worker(i: int, opts, work_dir: str, port: int, world: int) -> None:
-    """One rank, in its own process: join the group, run its share, write its outcome (or its error)."""
+def _resolve(target: str) -> Callable[[dict[str, Any], RankContext], dict[str, Any]]:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _backend(device: str) -> str:
+    return "nccl" if device == "cuda" else "gloo"
+
+
+def _worker(spec: dict[str, Any], i: int, world: int, port: int, work_dir: str) -> None:
+    """One rank, in its own process: join the group, run the target, write its outcome (or its error)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(i), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(i))
     wd = Path(work_dir)
+    device = spec["device"]
     try:
-        from mmprof.capture.runtime_run import run_rank, save_outcome
-        from mmprof.runtime import init_distributed
-        from mmprof.runtime.dist import destroy
-
-        ctx = init_distributed(backend="nccl" if opts.device == "cuda" else "gloo",
-                               device=f"cuda:{i}" if opts.device == "cuda" else "cpu")
+        ctx = init_distributed(backend=_backend(device), device=f"cuda:{i}" if device == "cuda" else "cpu")
+        ok = False
         try:
-            progress = FileProgress(wd / "progress.txt") if i == 0 else None
-            out = run_rank(opts, wd, rank=ctx.rank, world=ctx.world_size, group=ctx.group, device=ctx.device,
-                           progress=progress)
-            save_outcome(out, _outcome_path(wd, ctx.rank))
+            rc = RankContext(ctx.rank, ctx.world_size, ctx.device, ctx.group, wd,
+                             FileProgress(wd / "progress.txt") if i == 0 else None)
+            _write_json(_outcome_path(wd, ctx.rank), _resolve(spec["target"])(spec["payload"], rc))
+            ok = True
         finally:
-            destroy()
+            destroy(barrier=ok)
     except MmprofError as e:
         _error_path(wd, i).write_text(str(e))
         raise SystemExit(2)
@@ -87,26 +122,27 @@ def _worker(i: int, opts, work_dir: str, port: int, world: int) -> None:
         raise
 
 
-def spawn_ranks(opts, work_dir: Path, progress=None, timeout_s: float | None = None):
-    """Start `opts.tp` ranks on this host (one `python -m mmprof.capture.launch` process each) and return
-    their RankOutcomes in rank order. A subprocess per rank (rather than multiprocessing's spawn) works from
-    any caller: a script without a `__main__` guard, pytest, or the `mmprof` entry point."""
-    from mmprof.capture.runtime_run import load_outcome
+def spawn_ranks(target: str, payload: dict[str, Any], world: int, work_dir: str | os.PathLike, device: str = "cpu",
+                progress: Progress | None = None, timeout_s: float | None = None,
+                what: str | None = None) -> list[dict[str, Any]]:
+    """Start `world` ranks running `target` and return their outcomes in rank order (see the module docstring).
 
-    world = opts.tp
+    `what` names the job in errors (default `--tp N`)."""
+    what = what or f"--tp {world}"
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    opts_file = work_dir / "options.json"
-    opts_file.write_text(json.dumps(opts.to_dict()))
+    spec_file = work_dir / "rank_spec.json"
+    spec_file.write_text(json.dumps({"target": target, "payload": payload, "device": device}))
     port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world))))
+    threads = os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world)))
+    env = dict(os.environ, OMP_NUM_THREADS=threads)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     procs, logs = [], []
     for i in range(world):
         log = open(work_dir / f"rank{i}.log", "wb")
         logs.append(log)
-        procs.append(subprocess.Popen([sys.executable, "-m", "mmprof.capture.launch", str(opts_file), str(i),
+        procs.append(subprocess.Popen([sys.executable, "-m", "mmprof.capture.launch", str(spec_file), str(i),
                                        str(world), str(port), str(work_dir)], stdout=log, stderr=subprocess.STDOUT,
                                       env=env))
     t0 = time.monotonic()
@@ -121,7 +157,7 @@ def spawn_ranks(opts, work_dir: Path, progress=None, timeout_s: float | None = N
                 last = p
                 progress(f"{p[2]} ({world} ranks)", p[0], p[1])
             if timeout_s is not None and time.monotonic() - t0 > timeout_s:
-                raise BadInput(f"--tp {world}: the ranks did not finish within {timeout_s:.0f} s")
+                raise BadInput(f"{what}: the ranks did not finish within {timeout_s:.0f} s")
             time.sleep(POLL_S)
     finally:
         for p in procs:
@@ -138,53 +174,49 @@ def spawn_ranks(opts, work_dir: Path, progress=None, timeout_s: float | None = N
     errors = {r: _error_path(work_dir, r).read_text().strip() for r in range(world) if _error_path(work_dir, r).exists()}
     if errors:
         r, msg = min(errors.items())
-        raise BadInput(f"--tp {world}: rank {r} failed: {msg.splitlines()[0] if msg else 'no message'}")
+        raise BadInput(f"{what}: rank {r} failed: {msg.splitlines()[0] if msg else 'no message'}")
     bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
     if bad:
         r, code = bad[0]
         tail = (work_dir / f"rank{r}.log").read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        raise BadInput(f"--tp {world}: rank {r} exited with code {code} ({tail[0][:200]})")
+        raise BadInput(f"{what}: rank {r} exited with code {code} ({tail[0][:200]})")
     missing = [r for r in range(world) if not _outcome_path(work_dir, r).exists()]
     if missing:
-        raise BadInput(f"--tp {world}: rank(s) {missing} finished without writing their results")
-    return [load_outcome(_outcome_path(work_dir, r)) for r in range(world)]
+        raise BadInput(f"{what}: rank(s) {missing} finished without writing their results")
+    return [json.loads(_outcome_path(work_dir, r).read_text()) for r in range(world)]
 
 
-def run_under_torchrun(opts, work_dir: Path, progress=None):
-    """This process is one rank of a torchrun job: run its share; rank 0 returns every rank's outcome.
+def join_torchrun(target: str, payload: dict[str, Any], work_dir: str | os.PathLike, device: str = "cpu",
+                  progress: Progress | None = None) -> list[dict[str, Any]] | None:
+    """This process is one rank of a torchrun job: run `target`; rank 0 returns every rank's outcome.
 
-    The work directory must be shared by the ranks (one host): the caller passes one derived from the output
-    path. Non-zero ranks return None.
-    """
-    import torch.distributed as dist
+    The work directory must be shared by the ranks (one host): the caller derives it from the job (e.g. the
+    output path or the rendezvous). Non-zero ranks return None."""
+    import torch.distributed as dist  # torch only once a job really runs
 
-    from mmprof.capture.runtime_run import load_outcome, run_rank, save_outcome
-    from mmprof.runtime import init_distributed
-
-    ctx = init_distributed(backend="nccl" if opts.device == "cuda" else "gloo",
-                           device=None if opts.device == "cuda" else "cpu")
-    if opts.tp not in (1, ctx.world_size):
-        raise BadInput(f"--tp {opts.tp} but torchrun started {ctx.world_size} ranks; drop --tp or make them match")
-    if opts.tp == 1:
-        opts.tp = ctx.world_size
-    work_dir = Path(work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    out = run_rank(opts, work_dir, rank=ctx.rank, world=ctx.world_size, group=ctx.group, device=ctx.device,
-                   progress=progress if ctx.rank == 0 else None)
-    save_outcome(out, _outcome_path(work_dir, ctx.rank))
+    ctx = init_distributed(backend=_backend(device), device=None if device == "cuda" else "cpu")
+    wd = Path(work_dir)
+    wd.mkdir(parents=True, exist_ok=True)
+    rc = RankContext(ctx.rank, ctx.world_size, ctx.device, ctx.group, wd, progress if ctx.rank == 0 else None)
+    _write_json(_outcome_path(wd, ctx.rank), _resolve(target)(payload, rc))
     dist.barrier()
     if ctx.rank != 0:
         return None
-    return [load_outcome(_outcome_path(work_dir, r)) for r in range(ctx.world_size)]
+    return [json.loads(_outcome_path(wd, r).read_text()) for r in range(ctx.world_size)]
+
+
+def torchrun_world() -> int:
+    """WORLD_SIZE of the torchrun job this process belongs to (1 when not under torchrun)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    except ValueError:
+        return 1
 
 
 def main(argv: list[str]) -> None:
-    """`python -m mmprof.capture.launch OPTIONS.json RANK WORLD PORT WORK_DIR` (started by spawn_ranks)."""
-    from mmprof.capture.runtime_run import RunOptions
-
-    opts_file, rank, world, port, work_dir = argv
-    opts = RunOptions(**json.loads(Path(opts_file).read_text()))
-    _worker(int(rank), opts, work_dir, int(port), int(world))
+    """`python -m mmprof.capture.launch SPEC.json RANK WORLD PORT WORK_DIR` (started by spawn_ranks)."""
+    spec_file, rank, world, port, work_dir = argv
+    _worker(json.loads(Path(spec_file).read_text()), int(rank), int(world), int(port), work_dir)
 
 
 if __name__ == "__main__":

@@ -13,16 +13,23 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mmprof.capture.session import DEFAULT_STEP_MARKERS, MODES, TRACE_SUFFIX, combine_traces
+from mmprof.capture import backends
+from mmprof.capture.command import run_command
+from mmprof.capture.session import (
+    DEFAULT_STEP_MARKERS,
+    MODES,
+    TRACE_SUFFIX,
+    combine_traces,
+)
 from mmprof.errors import BadInput, CaptureUnavailable, MmprofError
+from mmprof.importers import import_paths
+from mmprof.profiles.io import save_profile
+from mmprof.profiles.model import merge_profiles
 
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
 BACKENDS = ("torch", "rocprofv3", "nsys")
@@ -136,58 +143,6 @@ def build_env(trace_dir: Path, opts: RecordOptions, base: dict[str, str] | None 
         else:
             env[key] = str(val)
     return env
-
-
-def run_command(cmd: list[str], env: dict[str, str] | None = None) -> int:
-    """Run `cmd` with inherited stdio; forward SIGINT/SIGTERM/SIGHUP; return its exit code (128+N on signal N).
-
-    When stdin is a terminal the command stays in our process group (so it can read the terminal and gets
-    Ctrl-C from it directly) and SIGTERM/SIGHUP are forwarded to it; otherwise it runs in its own process
-    group and every signal is forwarded to the whole group (torchrun and its workers alike).
-    """
-    if not cmd:
-        raise BadInput("no command given: use `mmprof record [OPTIONS] -- CMD ARGS...`")
-    interactive = _isatty(sys.stdin)
-    try:
-        proc = subprocess.Popen(cmd, env=env, process_group=None if interactive else 0)
-    except FileNotFoundError:
-        raise BadInput(f"{cmd[0]}: command not found") from None
-    except PermissionError:
-        raise BadInput(f"{cmd[0]}: permission denied") from None
-    except OSError as e:
-        raise BadInput(f"{cmd[0]}: cannot run it ({e.strerror or e})") from None
-
-    def forward(signum, frame):
-        if interactive and signum == signal.SIGINT:
-            return  # the terminal already delivered it to the command
-        try:
-            if interactive:
-                proc.send_signal(signum)
-            else:
-                os.killpg(proc.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    sigs = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
-    old = {}
-    try:
-        for s in sigs:
-            try:
-                old[s] = signal.signal(s, forward)
-            except ValueError:  # not the main thread: no forwarding
-                pass
-        rc = proc.wait()
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-    return 128 - rc if rc < 0 else rc
-
-
-def _isatty(f) -> bool:
-    try:
-        return f is not None and f.isatty()
-    except (ValueError, AttributeError):
-        return False
 
 
 def prepare_trace_dir(path: Path) -> Path:
@@ -329,8 +284,6 @@ def assign_ranks(procs: list[ProcessCapture]) -> None:
 # -- building the Profile ------------------------------------------------------------------------
 def build_profile(procs: list[ProcessCapture], result: RecordResult):
     """Import each process's trace and merge; fills result.ranks / missing / partial / warnings."""
-    from mmprof.importers import import_paths
-    from mmprof.profiles.model import merge_profiles
 
     assign_ranks(procs)
     profiles = []
@@ -459,8 +412,6 @@ def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "tor
     result = RecordResult(command=list(cmd), exit_code=0, backend=backend, mode=opts.mode, window=opts.window(),
                           trace_dir=str(tdir), out=str(out_path), world_size=None)
     if backend != "torch":
-        from mmprof.capture import backends
-
         return backends.record_with_tool(backend, cmd, out_path, tdir, opts, result)
     prepare_trace_dir(tdir)
     env = build_env(tdir, opts)
@@ -470,7 +421,5 @@ def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "tor
     result.forked_not_captured = forked
     result.warnings.extend(warns)
     profile = build_profile(procs, result)
-    from mmprof.profiles.io import save_profile
-
     save_profile(profile, out_path)
     return result, profile

@@ -21,8 +21,8 @@ Nothing here prints; progress goes to an optional callback `progress(stage, done
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
+import platform
 import shutil
 import statistics
 import sys
@@ -30,159 +30,24 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+import numpy as np
+
+from mmprof._version import __version__
+from mmprof.capture.launch import (
+    RankContext,
+    join_torchrun,
+    spawn_ranks,
+    torchrun_world,
+)
+from mmprof.capture.run_options import Progress, RunOptions, validate
+from mmprof.capture.session import CaptureSession
 from mmprof.errors import BadInput, CaptureUnavailable
-
-Progress = Callable[[str, int, int], None]
-
-PRESET_NAMES = ("tiny", "small", "m3-rank-slice", "m3")
-CAPTURE_MODES = ("full", "light", "none")
-DTYPES = ("float32", "bfloat16")
-MEMORY_HEADROOM = 0.8  # refuse when the weights alone need more than this share of the memory there is
-
-
-@dataclass
-class RunOptions:
-    """Everything `mmprof run` takes. `base` picks the switch defaults; explicit switches override them."""
-
-    preset: str = "tiny"
-    config: str | None = None  # a config.json or checkpoint directory; overrides `preset`
-    device: str = "cpu"
-    dtype: str = "float32"
-    batch: int = 1
-    prompt_len: int = 128
-    decode_steps: int = 8
-    seed: int = 0
-    base: str = "fast"  # fast | baseline
-    moe_impl: str | None = None
-    shared_expert: str | None = None
-    block_reuse: int | None = None
-    attention: str | None = None
-    capture: str = "full"  # full | light | none
-    measure_dilation: bool = False  # capture both full and light (keep `capture`'s trace)
-    tp: int = 1
-    ep: int = 1
-    repeats: int = 3  # plain (unprofiled) timing runs; the median is used
-    warmup: int = 1
-    command: list[str] | None = None
-
-    def switches(self):
-        """The runtime Switches these options ask for."""
-        from mmprof.runtime import Switches
-
-        if self.base not in ("fast", "baseline"):
-            raise BadInput(f"base switches must be fast or baseline, not {self.base!r}")
-        sw = Switches.baseline() if self.base == "baseline" else Switches()
-        over = {k: v for k, v in (("moe_impl", self.moe_impl), ("shared_expert", self.shared_expert),
-                                  ("block_reuse", self.block_reuse), ("attention", self.attention)) if v is not None}
-        return dataclasses.replace(sw, **over) if over else sw
-
-    def modes(self) -> list[str]:
-        """Capture modes to run, the kept one first."""
-        if self.capture == "none":
-            return []
-        if self.measure_dilation:
-            return [self.capture, "light" if self.capture == "full" else "full"]
-        return [self.capture]
-
-    def model_args(self):
-        from mmprof.runtime import load_config
-
-        return load_config(self.config if self.config else self.preset)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-# -- validation -------------------------------------------------------------------------------------
-def validate(opts: RunOptions) -> Any:
-    """Refuse impossible combinations with one clear line; returns the ModelArgs."""
-    if opts.config is None and opts.preset not in PRESET_NAMES:
-        raise BadInput(f"unknown preset {opts.preset!r}; choose one of {', '.join(PRESET_NAMES)} or give --config")
-    if opts.device not in ("cpu", "cuda"):
-        raise BadInput(f"--device must be cpu or cuda, not {opts.device!r}")
-    if opts.dtype not in DTYPES:
-        raise BadInput(f"--dtype must be one of {', '.join(DTYPES)}, not {opts.dtype!r}")
-    if opts.capture not in CAPTURE_MODES:
-        raise BadInput(f"--capture must be one of {', '.join(CAPTURE_MODES)}, not {opts.capture!r}")
-    if opts.measure_dilation and opts.capture == "none":
-        raise BadInput("--measure-dilation needs a capture: use --capture full or light")
-    for name in ("batch", "prompt_len", "tp", "ep", "repeats"):
-        if getattr(opts, name) < 1:
-            raise BadInput(f"--{name.replace('_', '-')} must be at least 1, not {getattr(opts, name)}")
-    if opts.decode_steps < 1:
-        raise BadInput(f"--decode-steps must be at least 1 (the decode phase is what dilation is about), "
-                       f"not {opts.decode_steps}")
-    if opts.warmup < 0:
-        raise BadInput("warm-up runs must be >= 0")
-    opts.switches()  # raises BadInput on a bad switch value
-    args = opts.model_args()
-    if args.slice_tp > 1 and opts.tp > 1:
-        raise BadInput(f"preset {args.name} already is one rank of a TP={args.slice_tp} model; run it with --tp 1 "
-                       "or use --preset m3 with --tp")
-    if opts.ep > 1 and opts.ep != opts.tp:
-        raise BadInput(f"--ep {opts.ep} must be 1 (experts split by TP) or equal --tp {opts.tp}")
-    total = opts.prompt_len + opts.decode_steps
-    if total > args.max_seq_len:
-        raise BadInput(f"--prompt-len {opts.prompt_len} + --decode-steps {opts.decode_steps} = {total} exceeds the "
-                       f"{args.name} KV cache ({args.max_seq_len} tokens)")
-    from mmprof.runtime import shard_plan
-
-    shard_plan(args, opts.tp, opts.ep, 0)  # raises ShardRefused (BadInput) for splits vLLM refuses
-    _check_device(opts)
-    _check_memory(opts, args)
-    return args
-
-
-def _check_device(opts: RunOptions) -> None:
-    if opts.device != "cuda":
-        return
-    from mmprof.capture.session import gpu_available
-
-    if not gpu_available():
-        raise CaptureUnavailable("--device cuda: torch sees no CUDA/ROCm GPU here; use --device cpu")
-    import torch
-
-    n = torch.cuda.device_count()
-    if opts.tp > n:
-        raise BadInput(f"--tp {opts.tp} on cuda needs {opts.tp} GPUs, but this host has {n}")
-
-
-def weight_bytes(args, opts: RunOptions) -> tuple[int, int]:
-    """(bytes of one rank's weights, bytes of all ranks' weights) from a shapes-only (meta) build."""
-    import torch
-
-    from mmprof.runtime import Switches, build_model
-
-    dtype = getattr(torch, opts.dtype)
-    m = build_model(args, Switches(), tp=opts.tp, ep=opts.ep, rank=0, device="meta", dtype=dtype)
-    per_rank = sum(p.numel() * p.element_size() for p in m.parameters())
-    return per_rank, per_rank * opts.tp
-
-
-def _check_memory(opts: RunOptions, args) -> None:
-    per_rank, total = weight_bytes(args, opts)
-    if opts.device == "cpu":
-        have = _host_memory()
-        if have and total > MEMORY_HEADROOM * have:
-            raise BadInput(f"preset {args.name} in {opts.dtype} needs {total / 1e9:.1f} GB of weights "
-                           f"({opts.tp} rank(s) on this host) but the host has {have / 1e9:.1f} GB; use a "
-                           "smaller preset (tiny, small, m3-rank-slice) or --device cuda with --tp")
-        return
-    import torch
-
-    free, _ = torch.cuda.mem_get_info(0)
-    if per_rank > MEMORY_HEADROOM * free:
-        raise BadInput(f"preset {args.name} in {opts.dtype} at --tp {opts.tp} needs {per_rank / 1e9:.1f} GB of weights "
-                       f"per GPU but GPU 0 has {free / 1e9:.1f} GB free; raise --tp or use a smaller preset")
-
-
-def _host_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
+from mmprof.importers import kineto
+from mmprof.profiles.io import save_profile
+from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
+from mmprof.runtime import Workload, build_model, generate, set_scopes_enabled
 
 
 # -- one rank ---------------------------------------------------------------------------------------
@@ -223,8 +88,6 @@ def _timing(prefill_ms: list[float], decode_ms: list[float], per_step: list[floa
 
 def _captured_run(model, workload, opts: RunOptions, mode: str, work_dir: Path, rank: int, world: int):
     """One generate() under a CaptureSession; returns (GenerateResult, trace path, switch ms, notes)."""
-    from mmprof.capture.session import CaptureSession
-    from mmprof.runtime import generate
 
     session = CaptureSession(work_dir, quiet=True, mode=mode, rank=rank, world_size=world, name=f"rank{rank}.{mode}",
                              activities="gpu" if opts.device == "cuda" else "cpu", step_markers=())
@@ -259,8 +122,6 @@ def run_rank(opts: RunOptions, work_dir: str | os.PathLike, rank: int = 0, world
     """Build, warm up, time without the profiler, then capture: one rank's share of `mmprof run`."""
     import torch
 
-    from mmprof.runtime import Workload, build_model, generate
-    from mmprof.runtime.scopes import set_scopes_enabled
 
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -363,7 +224,7 @@ def measure_cpu_peaks(dtype: str) -> dict[str, Any]:
 def run_workload(opts: RunOptions, progress: Progress | None = None, work_dir: str | os.PathLike | None = None):
     """Run `opts` (all ranks) and return the Profile. Under torchrun, non-zero ranks return None."""
     validate(opts)
-    env_world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    env_world = torchrun_world()
     own_tmp = work_dir is None
     if env_world > 1 and own_tmp:  # torchrun: the ranks need one directory they all see (one host)
         env = os.environ
@@ -373,16 +234,17 @@ def run_workload(opts: RunOptions, progress: Progress | None = None, work_dir: s
         wd = Path(tempfile.mkdtemp(prefix="mmprof-run.")) if own_tmp else Path(work_dir)
     try:
         if env_world > 1:
-            from mmprof.capture.launch import run_under_torchrun
-
-            outcomes = run_under_torchrun(opts, wd, progress)
-            if outcomes is None:
+            if opts.tp not in (1, env_world):
+                raise BadInput(f"--tp {opts.tp} but torchrun started {env_world} ranks; drop --tp or make them match")
+            opts.tp = env_world
+            docs = join_torchrun(RANK_MAIN, opts.to_dict(), wd, opts.device, progress)
+            if docs is None:
                 own_tmp = False  # rank 0 cleans up once it has read everything
                 return None
+            outcomes = [RankOutcome.from_dict(d) for d in docs]
         elif opts.tp > 1:
-            from mmprof.capture.launch import spawn_ranks
-
-            outcomes = spawn_ranks(opts, wd, progress)
+            outcomes = [RankOutcome.from_dict(d) for d in spawn_ranks(RANK_MAIN, opts.to_dict(), opts.tp, wd,
+                                                                       opts.device, progress)]
         else:
             outcomes = [run_rank(opts, wd, progress=progress)]
         if progress is not None:
@@ -441,14 +303,11 @@ def run_meta(opts: RunOptions, outcomes: list[RankOutcome], args) -> dict[str, A
 
 def assemble(opts: RunOptions, outcomes: list[RankOutcome]):
     """Import the ranks' kept traces, attach their dispatch rows, and write mmprof-run metadata."""
-    from mmprof import __version__
-    from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
 
     args = opts.model_args()
     outcomes = sorted(outcomes, key=lambda o: o.rank)
     traces = [Path(o.trace) for o in outcomes if o.trace]
     if traces:
-        from mmprof.importers import kineto
 
         imported = kineto.load(traces)
     else:
@@ -479,7 +338,6 @@ def assemble(opts: RunOptions, outcomes: list[RankOutcome]):
         if o.peaks:  # CPU run: the host is the device; its roofline comes from the measured peaks
             rm = next((r for r in meta["ranks"] if r.get("rank") == o.rank), None)
             if rm is not None and not rm.get("devices"):
-                import platform
 
                 rm["devices"] = [{"index": -1, "name": platform.processor() or platform.machine() or "cpu",
                                   "vendor": "cpu", "arch": platform.machine(), "peak_key": None, "peaks": o.peaks}]
@@ -497,7 +355,6 @@ def assemble(opts: RunOptions, outcomes: list[RankOutcome]):
 
 def scope_warnings(profile, device: str) -> list[str]:
     """Say so when the imported events do not carry the runtime's phase/step scopes (they always should)."""
-    import numpy as np
 
     out = []
     table = "kernels" if profile.n("kernels") else "ops"
@@ -512,11 +369,19 @@ def scope_warnings(profile, device: str) -> list[str]:
     return out
 
 
-def save_outcome(o: RankOutcome, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(o.to_dict()))
-    os.replace(tmp, path)
+def run_to_file(opts: RunOptions, output: str, progress: Progress | None = None):
+    """`run_workload` and save the Profile to `output`; returns it (None on non-zero torchrun ranks)."""
+    profile = run_workload(opts, progress=progress)
+    if profile is not None:
+        save_profile(profile, output)
+    return profile
 
 
-def load_outcome(path: Path) -> RankOutcome:
-    return RankOutcome.from_dict(json.loads(path.read_text()))
+RANK_MAIN = "mmprof.capture.runtime_run:rank_main"
+
+
+def rank_main(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
+    """One rank of a multi-rank `mmprof run`, started by `mmprof.capture.launch`."""
+    opts = RunOptions(**payload)
+    return run_rank(opts, ctx.work_dir, rank=ctx.rank, world=ctx.world_size, group=ctx.group, device=ctx.device,
+                    progress=ctx.progress).to_dict()

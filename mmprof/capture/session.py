@@ -21,9 +21,9 @@ Nothing here prints; torch is imported only when a session starts.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import gzip
-import contextlib
 import json
 import os
 import re

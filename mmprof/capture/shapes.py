@@ -16,7 +16,12 @@ import dataclasses
 from collections import Counter, defaultdict
 
 from mmprof.analysis.checks.shapes_analytic import analytic_findings
-from mmprof.analysis.checks.shapes_observed import calls_from_profile, compare_calls, cross_rank, role_of
+from mmprof.analysis.checks.shapes_observed import (
+    calls_from_profile,
+    compare_calls,
+    cross_rank,
+    role_of,
+)
 from mmprof.capture.shapes_live import capture_live
 from mmprof.errors import BadInput, NoEvidence
 from mmprof.importers import import_paths

@@ -7,22 +7,19 @@ SDPA as the backend's fused op), i.e. the problems the kernels get. The current 
 runtime's `tracked_scopes()` (the names of the open scopes); phase and step from `mmprof.prefill|decode` and
 `mmprof.step.N` on that stack (read by `mmprof.labels`).
 
-Ranks are started with torch.multiprocessing (spawn): gloo over a file:// rendezvous on CPU, NCCL on
-`cuda` (one GPU per rank). Each rank writes its calls as JSON into a temporary directory; the parent reads
-them back. torch is imported only inside functions.
+Ranks are started by `mmprof.capture.launch` (gloo on CPU, NCCL on `cuda`, one GPU per rank); each returns its
+calls as JSON. torch is imported only inside the ranks.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from mmprof.errors import BadInput, CaptureUnavailable
+from mmprof.capture.launch import RankContext, spawn_ranks
+from mmprof.errors import BadInput, CaptureUnavailable, MmprofError
 from mmprof.labels import is_marker, phase_of_path, step_of_path
 from mmprof.shapes_model import Call
 
@@ -78,66 +75,48 @@ def _recorder(rank: int, stack: list[str], out: list[dict[str, Any]]):
     return ShapeRecorder()
 
 
-def run_rank(rank: int, world: int, ep: int, model: str, device: str, batch: int, prompt_len: int,
-             decode_steps: int, init_file: str, out_dir: str) -> None:
-    """One rank: process group, build, capture a short prefill + decode, write rank{N}.json."""
-    import torch
-    import torch.distributed as dist
+RANK_MAIN = "mmprof.capture.shapes_live:rank_main"
+
+
+def rank_main(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
+    """One rank (started by `mmprof.capture.launch`): build its shard, capture a short prefill + decode."""
+    import torch  # torch only inside a rank
 
     from mmprof.runtime import Workload, build_model, generate, load_config, scopes
     from mmprof.runtime.moe import grouped_mm_unavailable
 
-    torch.set_num_threads(1)
-    cuda = device == "cuda"
-    dev = torch.device(f"cuda:{rank}") if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(dev)
-    dtype = torch.bfloat16 if cuda else torch.float32
-    if world > 1:
-        dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{init_file}", rank=rank,
-                                world_size=world)
-    try:
-        args = load_config(model)
-        m = build_model(args, tp=world, ep=ep, rank=rank, device=dev, dtype=dtype,
-                        group=dist.group.WORLD if world > 1 else None, seed=0)
-        grouped_mm_unavailable(dev, dtype)  # probe outside the capture (its test call is not the model's)
-        calls: list[dict[str, Any]] = []
-        with scopes.tracked_scopes() as stack, _recorder(rank, stack, calls):
-            generate(m, Workload(batch=batch, prompt_len=prompt_len, decode_steps=decode_steps, seed=0))
-        doc = {"rank": rank, "plan": m.plan.to_dict(), "calls": calls, "dispatch": m.dispatch.rows()}
-        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(doc))
-    finally:
-        if world > 1 and dist.is_initialized():
-            dist.destroy_process_group()
+    dev = torch.device(ctx.device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    args = load_config(payload["model"])
+    m = build_model(args, tp=ctx.world_size, ep=payload["ep"], rank=ctx.rank, device=dev, dtype=dtype,
+                    group=ctx.group, seed=0)
+    grouped_mm_unavailable(dev, dtype)  # probe outside the capture (its test call is not the model's)
+    calls: list[dict[str, Any]] = []
+    with scopes.tracked_scopes() as stack, _recorder(ctx.rank, stack, calls):
+        generate(m, Workload(batch=payload["batch"], prompt_len=payload["prompt_len"],
+                             decode_steps=payload["decode_steps"], seed=0))
+    return {"rank": ctx.rank, "plan": m.plan.to_dict(), "calls": calls, "dispatch": m.dispatch.rows()}
 
 
 def capture_live(model: str, tp: int, ep: int = 1, device: str = "cpu", batch: int = 2, prompt_len: int = 64,
                  decode_steps: int = 2, weight_bytes_per_rank: int | None = None) -> LiveCapture:
     """Start `tp` ranks, run a short prefill + decode, return every rank's recorded calls."""
-    import torch
-    import torch.multiprocessing as mp
-
     if device not in ("cpu", "cuda"):
         raise BadInput(f"--device must be cpu or cuda, not {device!r}")
-    if device == "cuda" and torch.cuda.device_count() < tp:
-        raise CaptureUnavailable(f"--live --device cuda --tp {tp} needs {tp} GPUs; "
-                                 f"{torch.cuda.device_count()} visible")
+    if device == "cuda":
+        import torch  # only to count GPUs
+
+        if torch.cuda.device_count() < tp:
+            raise CaptureUnavailable(f"--live --device cuda --tp {tp} needs {tp} GPUs; "
+                                     f"{torch.cuda.device_count()} visible")
     if device == "cpu" and weight_bytes_per_rank is not None and weight_bytes_per_rank > CPU_LIVE_LIMIT_BYTES:
         raise BadInput(f"live run of {model} on CPU needs {weight_bytes_per_rank / 2**30:.1f} GiB of weights per rank; "
                        "use --model tiny (or small) on CPU, or --device cuda")
+    payload = {"model": model, "ep": ep, "batch": batch, "prompt_len": prompt_len, "decode_steps": decode_steps}
     with tempfile.TemporaryDirectory(prefix="mmprof-shapes-") as tmp:
         try:
-            mp.spawn(run_rank, args=(tp, ep, model, device, batch, prompt_len, decode_steps,
-                                     os.path.join(tmp, "init"), tmp), nprocs=tp, join=True)
-        except Exception as e:  # noqa: BLE001 - a rank failed: one line, the rank's own error
-            msg = str(e).strip().splitlines()
-            raise CaptureUnavailable(f"live shape capture failed: {msg[-1] if msg else type(e).__name__}") from None
-        calls, plans = [], {}
-        for r in range(tp):
-            p = Path(tmp, f"rank{r}.json")
-            if not p.exists():
-                raise CaptureUnavailable(f"live shape capture: rank {r} wrote no result")
-            doc = json.loads(p.read_text())
-            plans[r] = doc["plan"]
-            calls.extend(Call(**c) for c in doc["calls"])
-    return LiveCapture(tp, ep, device, model, batch, prompt_len, decode_steps, calls, plans)
+            docs = spawn_ranks(RANK_MAIN, payload, tp, tmp, device, what="live shape capture")
+        except MmprofError as e:
+            raise CaptureUnavailable(str(e)) from None
+    calls = [Call(**c) for d in docs for c in d["calls"]]
+    return LiveCapture(tp, ep, device, model, batch, prompt_len, decode_steps, calls, {d["rank"]: d["plan"] for d in docs})

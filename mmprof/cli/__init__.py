@@ -11,7 +11,8 @@ import sys
 
 import click
 
-from mmprof import __version__
+from mmprof._version import __version__
+from mmprof.errors import MmprofError
 
 # name -> (module, function, one-line help). The help lives here so `mmprof --help` imports nothing.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -65,8 +66,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the click app and turn MmprofErrors into one line on stderr plus an exit code."""
-    from mmprof.errors import MmprofError
-
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args or bool(__import__("os").environ.get("MMPROF_DEBUG"))
     try:

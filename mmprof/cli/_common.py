@@ -7,11 +7,13 @@ from typing import Any
 
 import click
 import orjson
+from rich.console import Console
+
+from mmprof.fileio import atomic_write
+from mmprof.importers import import_paths
 
 
-def console(stderr: bool = False):
-    from rich.console import Console
-
+def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
 
 
@@ -37,8 +39,14 @@ def _default(o: Any) -> Any:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of tables.")
 
 
-def load_profile_arg(path: str):
-    """Load a Profile given on the command line (errors become one-line MmprofErrors)."""
-    from mmprof.profiles import load_profile
+def load_any(path: str):
+    """A saved Profile or raw traces (a file or a directory), imported on the fly."""
+    return import_paths([path])
 
-    return load_profile(path)
+
+def write_text(path: str, text: str) -> None:
+    """Write a report file atomically; '-' writes to stdout."""
+    if path == "-":
+        click.echo(text, nl=False)
+        return
+    atomic_write(path, text.encode("utf-8"), compress=False)

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import click
 
-from mmprof.cli._common import console, echo_json, json_option
+from mmprof.analysis.checks.registry import load_info
+from mmprof.analysis.classify import load_rules
+from mmprof.analysis.coverage import coverage
+from mmprof.analysis.events import events_of
+from mmprof.cli._common import console, echo_json, json_option, load_any
 from mmprof.errors import BadInput, NoEvidence
+from mmprof.render.text import classify as text
 
 
 @click.command("classify")
@@ -27,10 +32,6 @@ def classify(profile: str | None, rules_paths: tuple[str, ...], unclassified: bo
 
     On a profile with no GPU kernels (a CPU run) the outermost compute CPU ops are classified instead.
     """
-    from mmprof.analysis.checks.registry import load_info
-    from mmprof.analysis.classify import load_rules
-    from mmprof.render.text import classify as text
-
     rules = load_rules(rules_paths)
     if list_rules:
         checks = list(load_info().values())
@@ -49,11 +50,7 @@ def classify(profile: str | None, rules_paths: tuple[str, ...], unclassified: bo
         return
     if profile is None:
         raise BadInput("give a PROFILE (a profile or a trace) or --name KERNEL")
-    from mmprof.analysis.coverage import coverage
-    from mmprof.analysis.events import events_of
-    from mmprof.importers import import_paths
-
-    frame = events_of(import_paths([profile]), rules)
+    frame = events_of(load_any(profile), rules)
     if not len(frame):
         raise NoEvidence(f"{profile}: no kernel events and no CPU ops to classify")
     cov = coverage(frame)

@@ -6,23 +6,11 @@ from pathlib import Path
 
 import click
 
-from mmprof.cli._common import console, echo_json, json_option
-
-
-def load_any(path: str):
-    """A saved Profile or raw traces (a file or a directory), imported on the fly."""
-    from mmprof.importers import import_paths
-
-    return import_paths([path])
-
-
-def write_text(path: str, text: str) -> None:
-    if path == "-":
-        click.echo(text, nl=False)
-        return
-    from mmprof.fileio import atomic_write
-
-    atomic_write(path, text.encode("utf-8"), compress=False)
+from mmprof.analysis.diff import diff_profiles
+from mmprof.cli._common import console, echo_json, json_option, load_any, write_text
+from mmprof.render.html import diff_html
+from mmprof.render.markdown import diff_markdown
+from mmprof.render.text.report import render_diff
 
 
 @click.command("diff")
@@ -37,21 +25,13 @@ def diff(before: str, after: str, as_json: bool, markdown_file: str | None, html
          phase: str | None, rank: int | None) -> None:
     """Compare two profiles (saved Profiles or raw traces): step time, category shares, the verdict of where the
     bottleneck moved, kernel variants that appeared or vanished, and top deltas by scope, layer and rank."""
-    from mmprof.analysis.diff import diff_profiles
-
     pb, pa = load_any(before), load_any(after)
     result = diff_profiles(pb, pa, phase=phase, rank=rank, labels=(Path(before).name, Path(after).name))
     if markdown_file:
-        from mmprof.render.markdown import diff_markdown
-
         write_text(markdown_file, diff_markdown(result))
     if html_file:
-        from mmprof.render.html import diff_html
-
         write_text(html_file, diff_html(result))
     if as_json:
         echo_json(result.to_dict())
     elif markdown_file != "-":
-        from mmprof.render.terminal_report import render_diff
-
         render_diff(result, console())

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from mmprof.cli._common import console, echo_json, json_option
+from mmprof.errors import BadInput
+from mmprof.importers import IMPORTERS, import_paths
+from mmprof.profiles import save_profile
+from mmprof.render.text.imports import render_import
 
 
 @click.command("import")
@@ -17,12 +23,6 @@ from mmprof.cli._common import console, echo_json, json_option
 @json_option
 def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str | None, as_json: bool) -> None:
     """Import TRACE files or directories (one file per rank) into one Profile written to OUT."""
-    import time
-
-    from mmprof.errors import BadInput
-    from mmprof.importers import IMPORTERS, import_paths
-    from mmprof.profiles import save_profile
-
     if fmt is not None and fmt not in IMPORTERS:
         raise BadInput(f"unknown --format {fmt!r}; formats are {', '.join(k for k in IMPORTERS if k != 'mmprof-profile')}")
     t0 = time.perf_counter()
@@ -43,15 +43,5 @@ def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str 
     }
     if as_json:
         echo_json(result)
-        return
-    con = console()
-    ranks = ", ".join(map(str, profile.ranks)) or "none"
-    ws = f" of {result['world_size']}" if result["world_size"] else ""
-    con.print(f"[bold]imported[/] {len(traces)} input(s) as {result['format']}: rank(s) {ranks}{ws}")
-    con.print(f"  kernels {counts['kernels']:,}  ops {counts['ops']:,}  launches {counts['launches']:,}  "
-              f"memcpy {counts['memcpy']:,}  collectives {counts['collectives']:,}  scopes {counts['scopes']:,}")
-    if counts["kernels"] == 0 and counts["memcpy"] == 0:
-        con.print("  [yellow]no GPU events[/] (CPU-only trace)")
-    for w in result["warnings"]:
-        con.print(f"  [yellow]warning:[/] {w}")
-    con.print(f"  wrote {path} ({result['import_s']:.2f}s import, {result['save_s']:.2f}s save)")
+    else:
+        render_import(result, len(traces), console())

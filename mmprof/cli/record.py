@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import click
 
+from mmprof.capture.record import RecordOptions
+from mmprof.capture.record import record as do_record
+from mmprof.capture.session import DEFAULT_STEP_MARKERS
 from mmprof.cli._common import console, echo_json
+from mmprof.render.text.record import render_record
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -38,42 +42,14 @@ def record(ctx, out, backend, steps, skip, markers, flush_every, light, cpu_only
 
     Example: mmprof record -o m3.json.gz -- torchrun --nproc-per-node 8 serve_bench.py
     """
-    from mmprof.capture.record import RecordOptions, record as do_record
-    from mmprof.capture.session import DEFAULT_STEP_MARKERS
-    from mmprof.errors import MmprofError
 
     opts = RecordOptions(mode="light" if light else "full", steps=steps, skip=skip,
                          step_markers=tuple(markers) or DEFAULT_STEP_MARKERS,
                          activities="cpu" if cpu_only else "auto", start=start, grace_s=grace,
                          flush_every=flush_every)
-    try:
-        result, _profile = do_record(list(cmd), out, backend=backend, opts=opts, trace_dir=trace_dir)
-    except MmprofError:
-        raise  # the command (if it ran) already printed its output; main() prints one line and exits 2
-    _report(result)
+    # a failure raises an MmprofError: the command (if it ran) already printed its output; main() prints one line
+    result, _profile = do_record(list(cmd), out, backend=backend, opts=opts, trace_dir=trace_dir)
+    render_record(result, console(stderr=True))
     if as_json:
         echo_json(result.to_dict())
     ctx.exit(result.exit_code)
-
-
-def _report(result) -> None:
-    """A short table on stderr: one row per rank with its state, plus warnings."""
-    from rich.table import Table
-
-    con = console(stderr=True)
-    t = Table(title=f"mmprof record: {result.backend}, {result.mode} capture", title_justify="left")
-    for col in ("rank", "pid", "status", "file"):
-        t.add_column(col)
-    for r in result.ranks:
-        status = r.get("status") or ("partial" if r.get("partial") else "complete")
-        style = {"complete": "green", "partial": "yellow"}.get(status, "red")
-        t.add_row(str(r.get("rank")), str(r.get("pid") or ""), f"[{style}]{status}[/]", str(r.get("file") or "-"))
-    listed = {r.get("rank") for r in result.ranks}
-    for m in result.missing_ranks:
-        if m in listed:
-            continue
-        t.add_row(str(m), "", "[red]missing[/]", "-")
-    con.print(t)
-    for w in result.warnings:
-        con.print(f"[yellow]warning:[/] {w}")
-    con.print(f"wrote {result.out} (command exit code {result.exit_code})")

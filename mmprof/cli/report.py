@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import click
 
-from mmprof.cli._common import console, echo_json, json_option
-from mmprof.cli.diff import load_any, write_text
+from mmprof.analysis.report import build_report
+from mmprof.cli._common import console, echo_json, json_option, load_any, write_text
+from mmprof.render.html import report_html
+from mmprof.render.markdown import report_markdown
+from mmprof.render.text.report import render_report
 
 
 @click.command("report")
@@ -20,20 +23,12 @@ def report(profile: str, as_json: bool, phase: str | None, rank: int | None, top
            markdown_file: str | None, html_file: str | None) -> None:
     """Per phase and rank: where the wall time went (compute-bound, memory-bound, communication, memcpy,
     launch-bound idle), top kernels with their roofline bound and efficiency, and a one-line bottleneck."""
-    from mmprof.analysis.report import build_report
-
     result = build_report(load_any(profile), phase=phase, rank=rank, top=top)
     if markdown_file:
-        from mmprof.render.markdown import report_markdown
-
         write_text(markdown_file, report_markdown(result, top))
     if html_file:
-        from mmprof.render.html import report_html
-
         write_text(html_file, report_html(result, top))
     if as_json:
         echo_json(result.to_dict())
     elif markdown_file != "-":
-        from mmprof.render.terminal_report import render_report
-
         render_report(result, console())

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import click
 
+from mmprof.analysis.checks.registry import load_info
+from mmprof.analysis.classify import default_rules
 from mmprof.cli._common import console, echo_json, json_option
 from mmprof.errors import BadInput
+from mmprof.render.markdown import checks_markdown
+from mmprof.render.text import classify as text
 
 
 @click.command("rules")
@@ -16,12 +20,7 @@ from mmprof.errors import BadInput
 @json_option
 def rules(code: str | None, kernels: bool, markdown: bool, as_json: bool) -> None:
     """Every check code (FP, SH) with what it does, why, an example and known problems."""
-    from mmprof.analysis.checks.registry import load_info
-    from mmprof.render.text import classify as text
-
     if kernels:
-        from mmprof.analysis.classify import default_rules
-
         rs = default_rules()
         if as_json:
             echo_json([r.to_dict() for r in rs.rules])
@@ -37,8 +36,6 @@ def rules(code: str | None, kernels: bool, markdown: bool, as_json: bool) -> Non
     if as_json:
         echo_json([c.to_dict() for c in checks])
     elif markdown:
-        from mmprof.render.markdown import checks_markdown
-
         click.echo(checks_markdown(checks), nl=False)
     else:
         text.render_checks(checks, console(), verbose=code is not None)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import click
 
+from mmprof.capture.shapes import analytic_shapes, live_shapes, profile_shapes
 from mmprof.cli._common import console, echo_json, json_option
 from mmprof.errors import BadInput
+from mmprof.render.text.shapes import render_shapes
 
 
 @click.command("shapes")
@@ -42,8 +44,6 @@ def shapes(ctx: click.Context, tp, ep, model, batch, seq, phase, dtype, live, de
     mmprof shapes --tp 2 --live --model tiny   # real gloo ranks on CPU, compared with analytic
     mmprof shapes --profile run.json.gz        # traced shapes: compare ranks (and config if known)
     """
-    from mmprof.capture.shapes import analytic_shapes, live_shapes, profile_shapes
-
     if live and profiles:
         raise BadInput("--live and --profile are separate modes; pick one")
     if profiles:
@@ -56,8 +56,6 @@ def shapes(ctx: click.Context, tp, ep, model, batch, seq, phase, dtype, live, de
     if as_json:
         echo_json(res.to_dict())
     else:
-        from mmprof.render.text.shapes import render_shapes
-
         render_shapes(res, console())
     if check and res.has_errors:
         ctx.exit(1)

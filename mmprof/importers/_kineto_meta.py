@@ -6,34 +6,29 @@ import re
 from pathlib import Path
 from typing import Any
 
-# marketing names -> peak key, most specific first
-_PEAK_NAMES = [
-    ("MI355X", "MI355X"), ("MI350X", "MI350X"), ("MI325X", "MI325X"), ("MI300X", "MI300X"), ("MI300A", "MI300A"),
-    ("MI250X", "MI250X"), ("MI250", "MI250"), ("MI210", "MI210"), ("MI100", "MI100"),
-    ("GB200", "GB200"), ("B200", "B200"), ("H200", "H200"), ("H100", "H100"), ("H800", "H800"), ("H20", "H20"),
-    ("A100", "A100"), ("A800", "A800"), ("L40S", "L40S"), ("L40", "L40"), ("L4", "L4"), ("A10G", "A10G"),
-    ("A10", "A10"), ("V100", "V100"), ("T4", "T4"),
-]
-# AMD devices that report a generic name: (gfx arch, compute units) -> key
-_AMD_BY_CUS = {("gfx90a", 104): "MI250", ("gfx90a", 110): "MI250X", ("gfx942", 304): "MI300X",
-               ("gfx942", 228): "MI300A"}
+from mmprof.importers._devices import describe_device
+
 _ISA = re.compile(r"_ISA(\d{2,3}[0-9a-f]?)_")
 
 
 def device_info(props: dict, kernel_names: list[str] | None = None) -> dict[str, Any]:
-    """One deviceProperties entry -> {index, name, vendor, arch, peak_key, memory_bytes, sms}."""
+    """One deviceProperties entry -> {index, name, vendor, arch, peak_key, memory_bytes, sms}.
+
+    Kineto says little on ROCm ("AMD Radeon Graphics", warp size 64): the vendor then comes from the warp size and
+    the arch from gcnArchName or the `_ISA942_` tag in hipBLASLt kernel names; `describe_device` (shared by every
+    importer) turns name + arch + CU count + memory into the peak key, or None when the product is not told."""
     name = props.get("name")
-    name_s = str(name or "")
+    name_s = name if isinstance(name, str) else ""
     warp = props.get("warpSize")
     gcn = props.get("gcnArchName")
-    amd = bool(gcn) or warp == 64 or any(s in name_s for s in ("AMD", "Radeon", "Instinct")) or bool(
+    amd = isinstance(gcn, str) or warp == 64 or any(k in name_s for k in ("AMD", "Radeon", "Instinct")) or bool(
         re.search(r"\bMI\d{3}", name_s))
-    nvidia = not amd and (warp == 32 or any(s in name_s for s in ("NVIDIA", "Tesla", "GeForce", "Quadro", "RTX")))
+    nvidia = not amd and (warp == 32 or any(k in name_s for k in ("NVIDIA", "Tesla", "GeForce", "Quadro", "RTX")))
     vendor = "amd" if amd else "nvidia" if nvidia else None
     arch = None
     if amd:
-        if gcn:
-            arch = str(gcn).split(":")[0]
+        if isinstance(gcn, str):
+            arch = gcn.split(":")[0]
         else:
             for k in kernel_names or ():
                 m = _ISA.search(k) if isinstance(k, str) else None
@@ -42,28 +37,13 @@ def device_info(props: dict, kernel_names: list[str] | None = None) -> dict[str,
                     break
     elif nvidia and isinstance(props.get("computeMajor"), int) and isinstance(props.get("computeMinor"), int):
         arch = f"sm_{props['computeMajor']}{props['computeMinor']}"
-    peak = None
-    upper = name_s.upper()
-    for needle, key in _PEAK_NAMES:
-        if re.search(rf"(?<![A-Z0-9]){needle}(?![0-9])", upper):
-            peak = key
-            break
-    if peak is None and amd and arch:
-        peak = _AMD_BY_CUS.get((arch, props.get("numSms")))
-    try:  # the device table shared by all importers, when present, decides name -> peak key
-        from mmprof.importers._devices import describe_device
-
-        cus = props.get("numSms") if isinstance(props.get("numSms"), int) else None
-        mem = props.get("totalGlobalMem") if isinstance(props.get("totalGlobalMem"), int) else None
-        shared = describe_device(name_s or None, arch, vendor, cus=cus, memory_bytes=mem)
-        vendor = shared["vendor"] or vendor
-        arch = shared["arch"] or arch
-        peak = shared["peak_key"] or peak
-    except ImportError:
-        pass
+    cus = props.get("numSms") if isinstance(props.get("numSms"), int) else None
+    mem = props.get("totalGlobalMem") if isinstance(props.get("totalGlobalMem"), int) else None
+    shared = describe_device(name_s or None, arch, vendor, cus=cus, memory_bytes=mem)
     idx = props.get("id")
-    return {"index": idx if isinstance(idx, int) else -1, "name": name, "vendor": vendor, "arch": arch,
-            "peak_key": peak, "memory_bytes": props.get("totalGlobalMem"), "sms": props.get("numSms")}
+    return {"index": idx if isinstance(idx, int) else -1, "name": name_s or None,
+            "vendor": shared["vendor"] or vendor, "arch": shared["arch"] or arch, "peak_key": shared["peak_key"],
+            "memory_bytes": mem, "sms": cus}
 
 
 def build_meta(trace, path: Path, rank: int, dist: dict, imp, warnings: list[str]) -> dict[str, Any]:

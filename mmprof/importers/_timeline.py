@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from mmprof import __version__
+from mmprof._version import __version__
 from mmprof.errors import BadInput
 from mmprof.labels import SEP, phase_of_path, step_of_path
 from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles

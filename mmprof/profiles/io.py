@@ -11,14 +11,20 @@ from typing import Any
 import numpy as np
 import orjson
 
+from mmprof._version import __version__
 from mmprof.errors import BadInput, SchemaError
 from mmprof.fileio import atomic_write, read_bytes
-from mmprof.profiles.model import Profile, _NP_DTYPE, _empty_column
-from mmprof.profiles.schema import FORMAT_NAME, MIGRATIONS, SCHEMA_VERSION, TABLES, column_kind
+from mmprof.profiles.model import _NP_DTYPE, Profile, _empty_column
+from mmprof.profiles.schema import (
+    FORMAT_NAME,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    TABLES,
+    column_kind,
+)
 
 
 def to_dict(profile: Profile) -> dict[str, Any]:
-    from mmprof import __version__
 
     meta = dict(profile.meta)
     meta.setdefault("mmprof_version", __version__)

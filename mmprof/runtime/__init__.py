@@ -30,18 +30,25 @@ torch is imported lazily: importing this package only loads config/tp; the rest 
 
 from __future__ import annotations
 
-from .config import PRESETS, ModelArgs, from_hf_config, get_preset, load_config
+from .config import (
+    PRESETS,
+    ModelArgs,
+    Switches,
+    from_hf_config,
+    get_preset,
+    load_config,
+)
 from .tp import ShardPlan, ShardRefused, shard_plan
 
 _LAZY = {
-    "Switches": ".model", "Transformer": ".model", "build_model": ".model",
+    "Transformer": ".model", "build_model": ".model",
     "load_weights": ".weights", "Workload": ".generate", "GenerateResult": ".generate", "generate": ".generate",
     "DispatchLog": ".dispatch", "DispatchRecord": ".dispatch", "scope": ".scopes", "set_scopes_enabled": ".scopes",
     "measure_selection_overlap": ".overlap", "OverlapResult": ".indexer", "make_cache": ".kvcache",
     "init_distributed": ".dist", "analytic": ".shapes", "layer_kinds": ".shapes",
 }
 
-__all__ = ["PRESETS", "ModelArgs", "from_hf_config", "get_preset", "load_config", "ShardPlan", "ShardRefused",
+__all__ = ["PRESETS", "ModelArgs", "Switches", "from_hf_config", "get_preset", "load_config", "ShardPlan", "ShardRefused",
            "shard_plan", *_LAZY]
 
 

@@ -221,3 +221,30 @@ def load_config(path_or_preset: str | Path, **overrides: Any) -> ModelArgs:
         raise BadInput(f"{p}: cannot read config JSON ({e})") from None
     args = from_hf_config(cfg, name=p.parent.name or "hf")
     return dataclasses.replace(args, **overrides) if overrides else args
+
+
+@dataclass
+class Switches:
+    """Every optimization as a switch; the defaults are the fast paths."""
+
+    moe_impl: str = "grouped"  # loop | grouped
+    shared_expert: str = "fused"  # separate | fused
+    # K: one sparse layer computes the block selection, the next K-1 reuse it. The fast default is 4, as in
+    # vLLM's `index_topk_freq: 4` recipe (15 producers, 42 reusers for M3's 57 sparse layers). It changes
+    # numerics (the released model recomputes per layer, K=1): measure_selection_overlap says whether it is safe.
+    block_reuse: int = 4
+    attention: str = "sparse"  # dense | sparse
+
+    def __post_init__(self) -> None:
+        if self.moe_impl not in ("loop", "grouped"):
+            raise BadInput(f"moe_impl must be loop|grouped, not {self.moe_impl!r}")
+        if self.shared_expert not in ("separate", "fused"):
+            raise BadInput(f"shared_expert must be separate|fused, not {self.shared_expert!r}")
+        if not isinstance(self.block_reuse, int) or self.block_reuse < 1:
+            raise BadInput(f"block_reuse must be an integer >= 1, not {self.block_reuse!r}")
+        if self.attention not in ("dense", "sparse"):
+            raise BadInput(f"attention must be dense|sparse, not {self.attention!r}")
+
+    @classmethod
+    def baseline(cls) -> "Switches":
+        return cls(moe_impl="loop", shared_expert="separate", block_reuse=1, attention="sparse")

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from mmprof.errors import NoEvidence
+
 
 def select_blocks(idx_q: torch.Tensor, idx_k: torch.Tensor, pos: int, block: int, topk: int,
                   local: int) -> torch.Tensor:
@@ -74,8 +76,6 @@ def selection_overlap(selections: dict[int, torch.Tensor], block: int, length: i
     """selections: layer -> [B, Hi, T, k] from one forward where every sparse layer computed its own."""
     layers = sorted(selections)
     if len(layers) < 2:
-        from mmprof.errors import NoEvidence
-
         raise NoEvidence("selection overlap needs at least two sparse layers that computed a selection")
     nb = -(-length // block)
     pairs, jac, frac = [], [], []

@@ -11,6 +11,10 @@ import json
 import os
 import sys
 
+from mmprof.errors import MmprofError
+
+from .dist import destroy, init_distributed
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -27,10 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from mmprof.errors import MmprofError
-
     from . import Switches, Workload, build_model, generate, load_config, load_weights
-    from .dist import destroy, init_distributed
 
     ok = False
     try:

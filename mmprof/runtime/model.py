@@ -13,42 +13,15 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from mmprof.errors import BadInput
-
 from . import parallel
 from .attention import Attention
+from .config import Switches
 from .dispatch import DispatchLog
 from .layers import GemmaRMSNorm, rope_table, swiglu_oai
 from .moe import MoE
 from .scopes import scope
 from .tp import ShardPlan, shard_plan
-
-
-@dataclass
-class Switches:
-    """Every optimization as a switch; the defaults are the fast paths."""
-
-    moe_impl: str = "grouped"  # loop | grouped
-    shared_expert: str = "fused"  # separate | fused
-    # K: one sparse layer computes the block selection, the next K-1 reuse it. The fast default is 4, as in
-    # vLLM's `index_topk_freq: 4` recipe (15 producers, 42 reusers for M3's 57 sparse layers). It changes
-    # numerics (the released model recomputes per layer, K=1): measure_selection_overlap says whether it is safe.
-    block_reuse: int = 4
-    attention: str = "sparse"  # dense | sparse
-
-    def __post_init__(self) -> None:
-        if self.moe_impl not in ("loop", "grouped"):
-            raise BadInput(f"moe_impl must be loop|grouped, not {self.moe_impl!r}")
-        if self.shared_expert not in ("separate", "fused"):
-            raise BadInput(f"shared_expert must be separate|fused, not {self.shared_expert!r}")
-        if not isinstance(self.block_reuse, int) or self.block_reuse < 1:
-            raise BadInput(f"block_reuse must be an integer >= 1, not {self.block_reuse!r}")
-        if self.attention not in ("dense", "sparse"):
-            raise BadInput(f"attention must be dense|sparse, not {self.attention!r}")
-
-    @classmethod
-    def baseline(cls) -> "Switches":
-        return cls(moe_impl="loop", shared_expert="separate", block_reuse=1, attention="sparse")
+from .weights import init_random
 
 
 @dataclass
@@ -183,7 +156,5 @@ def build_model(args, switches: Switches | None = None, tp: int = 1, ep: int = 1
         if isinstance(m, MoE):
             m.e_score_correction_bias.zero_()
     if seed is not None:
-        from .weights import init_random
-
         init_random(model, seed, full=group is not None or tp == 1)
     return model.eval()

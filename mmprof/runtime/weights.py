@@ -19,6 +19,8 @@ import torch
 
 from mmprof.errors import BadInput
 
+from .moe import MoE
+
 _PREFIXES = ("model.language_model.", "language_model.model.", "model.")
 
 
@@ -166,8 +168,6 @@ def _split_gate_up(w: torch.Tensor, tp_size: int, rank: int) -> torch.Tensor:
 @torch.no_grad()
 def load_into(model, src: TensorSource) -> None:
     """Fill every local parameter of `model` from `src` through the model's ShardPlan."""
-    from .moe import MoE
-
     args, plan = model.args, model.plan
     tp, r = plan.tp, plan.rank
     moe_tp = 1 if plan.ep > 1 else tp

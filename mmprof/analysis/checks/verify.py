@@ -10,7 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from mmprof.analysis.checks import assertions, fastpath  # noqa: F401 (registers the FP implementations)
-from mmprof.analysis.checks.context import MAX_EVIDENCE, CheckResult, Context, dispatch_frame
+from mmprof.analysis.checks.context import (
+    MAX_EVIDENCE,
+    CheckResult,
+    Context,
+    dispatch_frame,
+)
 from mmprof.analysis.checks.registry import implementation, info
 from mmprof.analysis.checks.spec import Spec, load_spec
 from mmprof.analysis.events import events_of

@@ -1,0 +1,63 @@
+"""Run a command unchanged: inherited stdio, signals forwarded, its exit code returned (`mmprof record` and the
+external-tool backends)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from mmprof.errors import BadInput
+
+
+def run_command(cmd: list[str], env: dict[str, str] | None = None) -> int:
+    """Run `cmd` with inherited stdio; forward SIGINT/SIGTERM/SIGHUP; return its exit code (128+N on signal N).
+
+    When stdin is a terminal the command stays in our process group (so it can read the terminal and gets
+    Ctrl-C from it directly) and SIGTERM/SIGHUP are forwarded to it; otherwise it runs in its own process
+    group and every signal is forwarded to the whole group (torchrun and its workers alike).
+    """
+    if not cmd:
+        raise BadInput("no command given: use `mmprof record [OPTIONS] -- CMD ARGS...`")
+    interactive = _isatty(sys.stdin)
+    try:
+        proc = subprocess.Popen(cmd, env=env, process_group=None if interactive else 0)
+    except FileNotFoundError:
+        raise BadInput(f"{cmd[0]}: command not found") from None
+    except PermissionError:
+        raise BadInput(f"{cmd[0]}: permission denied") from None
+    except OSError as e:
+        raise BadInput(f"{cmd[0]}: cannot run it ({e.strerror or e})") from None
+
+    def forward(signum, frame):
+        if interactive and signum == signal.SIGINT:
+            return  # the terminal already delivered it to the command
+        try:
+            if interactive:
+                proc.send_signal(signum)
+            else:
+                os.killpg(proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    sigs = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+    old = {}
+    try:
+        for s in sigs:
+            try:
+                old[s] = signal.signal(s, forward)
+            except ValueError:  # not the main thread: no forwarding
+                pass
+        rc = proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return 128 - rc if rc < 0 else rc
+
+
+def _isatty(f) -> bool:
+    try:
+        return f is not None and f.isatty()
+    except (ValueError, AttributeError):
+        return False

@@ -1,0 +1,19 @@
+"""Terminal rendering of `mmprof import` (its result dict)."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+
+
+def render_import(result: dict, inputs: int, con) -> None:
+    ranks = ", ".join(map(str, result["ranks"])) or "none"
+    ws = f" of {result['world_size']}" if result["world_size"] else ""
+    n = result["rows"]
+    con.print(f"[bold]imported[/] {inputs} input(s) as {result['format']}: rank(s) {ranks}{ws}")
+    con.print(f"  kernels {n['kernels']:,}  ops {n['ops']:,}  launches {n['launches']:,}  memcpy {n['memcpy']:,}  "
+              f"collectives {n['collectives']:,}  scopes {n['scopes']:,}")
+    if n["kernels"] == 0 and n["memcpy"] == 0:
+        con.print("  [yellow]no GPU events[/] (CPU-only trace)")
+    for w in result["warnings"]:
+        con.print(f"  [yellow]warning:[/] {escape(w)}")
+    con.print(f"  wrote {escape(result['output'])} ({result['import_s']:.2f}s import, {result['save_s']:.2f}s save)")
