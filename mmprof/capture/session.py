@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import gzip
 import json
 import os
 import re
@@ -34,6 +33,27 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable
+
+
+def _load_sibling(name: str):
+    """A stdlib-only sibling module, loaded by path (see below)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_mmprof_capture_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+if __package__:  # imported as mmprof.capture.session
+    from mmprof.capture import torch_hooks, tracefiles
+else:  # loaded by path from the record hook, in a process that may not have mmprof's dependencies
+    torch_hooks, tracefiles = _load_sibling("torch_hooks"), _load_sibling("tracefiles")
+install_hooks, remove_session, reset_after_fork = (torch_hooks.install_hooks, torch_hooks.remove_session,
+                                                   torch_hooks.reset_after_fork)
+combine_traces = tracefiles.combine_traces
 
 # Default names of the annotations that delimit a step (fnmatch patterns): the reference runtime's labels,
 # torch.profiler's own `profile.step()` ranges, and vLLM's model-runner forward scope.
@@ -269,7 +289,7 @@ class CaptureSession:
             if self.state == "capturing":
                 self._end_segment()
             if self.state == "new":
-                remove_session(self)
+                torch_hooks.remove_session(self)
                 return self.trace_path
             if self.steps is not None and self.state in ("waiting", "capturing", "done"):
                 captured = max(0, self.steps_seen - self._window_start)
@@ -285,7 +305,7 @@ class CaptureSession:
             files = [Path(s["file"]) for s in self.segments if Path(s["file"]).exists()]
             if files:
                 final = self.out_dir / f"{self.name}{TRACE_SUFFIX}"
-                combine_traces(files, final)
+                tracefiles.combine_traces(files, final)
                 for f in files:
                     if f != final:
                         f.unlink(missing_ok=True)
@@ -293,7 +313,7 @@ class CaptureSession:
             meta = self.info(finished=True)
             _atomic_text(self.meta_path, json.dumps(meta, indent=1))
             self.marker_path.unlink(missing_ok=True)
-            remove_session(self)
+            torch_hooks.remove_session(self)
             return self.trace_path
 
     # -- state on disk --------------------------------------------------------------------------
@@ -351,13 +371,8 @@ class CaptureSession:
         record_shapes = shapes  # light mode: the first segment only (callers pass shapes=False afterwards)
         prof = tp.profile(activities=self._activities(), record_shapes=record_shapes,
                           profile_memory=False, with_stack=False)
-        global _OWN_START
-        _OWN_START = True
-        try:
-            with _kineto_log_filtered(self.quiet):
-                prof.start()
-        finally:
-            _OWN_START = False
+        with torch_hooks.own_start(), _kineto_log_filtered(self.quiet):
+            prof.start()
         self._prof = prof
         self._prof_thread = threading.get_ident()
         self._seg_shapes = record_shapes
@@ -417,13 +432,6 @@ def _kineto_log_filtered(active: bool):
                 sys.stderr.write("".join(kept))
 
 
-_OWN_START = False  # True while a CaptureSession starts its own profiler (see hook: yield detection)
-
-
-def own_start_in_progress() -> bool:
-    return _OWN_START
-
-
 def gpu_available() -> bool:
     """Whether torch has a usable CUDA/HIP device, checked without initialising the CUDA runtime.
 
@@ -458,165 +466,3 @@ def _dist_info() -> dict[str, Any] | None:
         return None
 
 
-# -- combining segments ----------------------------------------------------------------------------
-def _read_trace(path: Path) -> dict[str, Any]:
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    doc = json.loads(raw)
-    if isinstance(doc, list):
-        doc = {"traceEvents": doc}
-    return doc
-
-
-def combine_traces(paths: list[Path], out: Path) -> Path:
-    """Concatenate Chrome traces of one process (its segments) into one gzipped trace at `out`.
-
-    Segments of one process share the Kineto clock; when their `baseTimeNanoseconds` differ, later segments'
-    `ts` are shifted onto the first one's base. Top-level keys come from the first segment, except that
-    `record_shapes` is kept when any segment had it, and `mmprof_segments` lists what each segment held.
-    """
-    paths = list(paths)
-    if len(paths) == 1:
-        if paths[0] != out:
-            os.replace(paths[0], out)
-        return out
-    docs = [_read_trace(p) for p in paths]
-    first = docs[0]
-    base0 = first.get("baseTimeNanoseconds")
-    events: list[Any] = []
-    segs = []
-    for k, d in enumerate(docs):
-        evs = d.get("traceEvents") or []
-        base = d.get("baseTimeNanoseconds")
-        shift_us = (base - base0) / 1000.0 if isinstance(base, (int, float)) and isinstance(base0, (int, float)) else 0.0
-        if shift_us:
-            for e in evs:
-                if isinstance(e, dict) and isinstance(e.get("ts"), (int, float)):
-                    e["ts"] = e["ts"] + shift_us
-        events.extend(evs)
-        segs.append({"segment": k, "events": len(evs), "record_shapes": bool(d.get("record_shapes"))})
-    doc = {k: v for k, v in first.items() if k != "traceEvents"}
-    if any(d.get("record_shapes") for d in docs):
-        doc["record_shapes"] = 1
-    for d in docs[1:]:
-        if "distributedInfo" in d and "distributedInfo" not in doc:
-            doc["distributedInfo"] = d["distributedInfo"]
-    doc["mmprof_segments"] = segs
-    doc["traceEvents"] = events
-    data = gzip.compress(json.dumps(doc).encode(), compresslevel=6, mtime=0)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, out)
-    return out
-
-
-# -- hooks into torch: step markers and programs that run their own profiler ------------------------
-_ACTIVE: list[CaptureSession] = []
-_OPEN = [0]  # record_function ranges open right now, all threads (entered through the patched class)
-_tls = threading.local()
-_installed = False
-
-
-def install_hooks(session: CaptureSession) -> None:
-    """Route step markers and "the program started its own profiler" to `session`.
-
-    Patches `torch.autograd.profiler.record_function.__enter__/__exit__` (the class behind
-    `torch.profiler.record_function` and `profile.step()`'s ``ProfilerStep#N`` ranges): the exit of an
-    outermost range whose name matches the session's step markers counts as one completed step. Patches
-    `torch.autograd.profiler.profile._prepare_trace` so a profiler the program starts itself makes the
-    session stop and keep what it has, instead of the program failing on "profiler already enabled".
-    """
-    global _installed
-    if session not in _ACTIVE:
-        _ACTIVE.append(session)
-    session.can_switch = lambda: _OPEN[0] == 0
-    if _installed:
-        return
-    import torch.autograd.profiler as ap
-
-    rf = ap.record_function
-    orig_enter, orig_exit = rf.__enter__, rf.__exit__
-    cache: dict[str, bool] = {}
-    open_lock = threading.Lock()
-
-    def _is_marker(name: Any) -> bool:
-        hit = cache.get(name)
-        if hit is None:
-            hit = any(s.marker_re is not None and s.marker_re.match(str(name)) for s in _ACTIVE)
-            if len(cache) < 65536:
-                cache[name] = hit
-        return hit
-
-    def __enter__(self):  # noqa: N807
-        out = orig_enter(self)
-        try:
-            with open_lock:
-                _OPEN[0] += 1
-            if _ACTIVE and _is_marker(self.name):
-                _tls.depth = getattr(_tls, "depth", 0) + 1
-        except Exception:
-            pass
-        return out
-
-    def __exit__(self, *exc):  # noqa: N807
-        out = orig_exit(self, *exc)
-        try:
-            with open_lock:
-                _OPEN[0] = max(0, _OPEN[0] - 1)
-                idle = _OPEN[0] == 0
-            if _ACTIVE and _is_marker(self.name):
-                depth = getattr(_tls, "depth", 1) - 1
-                _tls.depth = max(depth, 0)
-                if depth <= 0:
-                    for s in list(_ACTIVE):
-                        s.step(self.name)
-            if idle:
-                for s in list(_ACTIVE):
-                    s.safe_point()
-        except Exception as e:  # a capture problem must never break the program
-            _log_once(f"step marker handling failed: {e!r}")
-        return out
-
-    rf.__enter__, rf.__exit__ = __enter__, __exit__
-
-    prof_cls = ap.profile
-    orig_prepare = prof_cls._prepare_trace
-
-    def _prepare_trace(self, *a, **k):
-        if not _OWN_START:
-            for s in list(_ACTIVE):
-                try:
-                    s.yield_to_program("the program started its own torch.profiler; mmprof's capture of this "
-                                       "process stopped there (the program's own trace holds the rest)")
-                except Exception as e:
-                    _log_once(f"could not hand the profiler over to the program: {e!r}")
-        return orig_prepare(self, *a, **k)
-
-    prof_cls._prepare_trace = _prepare_trace
-    _installed = True
-
-
-def reset_after_fork() -> None:
-    """In a forked child: the parent's open ranges are not the child's (a multiprocessing child never exits
-    them), so start counting from zero."""
-    _OPEN[0] = 0
-    _tls.depth = 0
-
-
-def remove_session(session: CaptureSession) -> None:
-    if session in _ACTIVE:
-        _ACTIVE.remove(session)
-
-
-_logged: set[str] = set()
-
-
-def _log_once(msg: str) -> None:
-    if msg in _logged:
-        return
-    _logged.add(msg)
-    try:
-        sys.stderr.write(f"[mmprof] {msg}\n")
-    except Exception:
-        pass

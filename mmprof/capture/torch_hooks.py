@@ -1,0 +1,139 @@
+"""Hooks into torch for a capture session: step markers, and programs that start their own profiler.
+
+Standard library only at import (torch is imported when hooks are installed): the `mmprof record` hook loads this
+(through session.py) by path, in processes that may not have mmprof's dependencies installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from typing import Any
+
+_OWN_START = False  # True while a CaptureSession starts its own profiler (see hook: yield detection)
+
+
+def own_start_in_progress() -> bool:
+    return _OWN_START
+
+
+@contextlib.contextmanager
+def own_start():
+    """A CaptureSession starts its own profiler in this block: it is not the program's (no yield)."""
+    global _OWN_START
+    _OWN_START = True
+    try:
+        yield
+    finally:
+        _OWN_START = False
+
+
+_ACTIVE: list = []  # CaptureSessions
+_OPEN = [0]  # record_function ranges open right now, all threads (entered through the patched class)
+_tls = threading.local()
+_installed = False
+
+
+def install_hooks(session) -> None:
+    """Route step markers and "the program started its own profiler" to `session`.
+
+    Patches `torch.autograd.profiler.record_function.__enter__/__exit__` (the class behind
+    `torch.profiler.record_function` and `profile.step()`'s ``ProfilerStep#N`` ranges): the exit of an
+    outermost range whose name matches the session's step markers counts as one completed step. Patches
+    `torch.autograd.profiler.profile._prepare_trace` so a profiler the program starts itself makes the
+    session stop and keep what it has, instead of the program failing on "profiler already enabled".
+    """
+    global _installed
+    if session not in _ACTIVE:
+        _ACTIVE.append(session)
+    session.can_switch = lambda: _OPEN[0] == 0
+    if _installed:
+        return
+    import torch.autograd.profiler as ap
+
+    rf = ap.record_function
+    orig_enter, orig_exit = rf.__enter__, rf.__exit__
+    cache: dict[str, bool] = {}
+    open_lock = threading.Lock()
+
+    def _is_marker(name: Any) -> bool:
+        hit = cache.get(name)
+        if hit is None:
+            hit = any(s.marker_re is not None and s.marker_re.match(str(name)) for s in _ACTIVE)
+            if len(cache) < 65536:
+                cache[name] = hit
+        return hit
+
+    def __enter__(self):  # noqa: N807
+        out = orig_enter(self)
+        try:
+            with open_lock:
+                _OPEN[0] += 1
+            if _ACTIVE and _is_marker(self.name):
+                _tls.depth = getattr(_tls, "depth", 0) + 1
+        except Exception:
+            pass
+        return out
+
+    def __exit__(self, *exc):  # noqa: N807
+        out = orig_exit(self, *exc)
+        try:
+            with open_lock:
+                _OPEN[0] = max(0, _OPEN[0] - 1)
+                idle = _OPEN[0] == 0
+            if _ACTIVE and _is_marker(self.name):
+                depth = getattr(_tls, "depth", 1) - 1
+                _tls.depth = max(depth, 0)
+                if depth <= 0:
+                    for s in list(_ACTIVE):
+                        s.step(self.name)
+            if idle:
+                for s in list(_ACTIVE):
+                    s.safe_point()
+        except Exception as e:  # a capture problem must never break the program
+            _log_once(f"step marker handling failed: {e!r}")
+        return out
+
+    rf.__enter__, rf.__exit__ = __enter__, __exit__
+
+    prof_cls = ap.profile
+    orig_prepare = prof_cls._prepare_trace
+
+    def _prepare_trace(self, *a, **k):
+        if not _OWN_START:
+            for s in list(_ACTIVE):
+                try:
+                    s.yield_to_program("the program started its own torch.profiler; mmprof's capture of this "
+                                       "process stopped there (the program's own trace holds the rest)")
+                except Exception as e:
+                    _log_once(f"could not hand the profiler over to the program: {e!r}")
+        return orig_prepare(self, *a, **k)
+
+    prof_cls._prepare_trace = _prepare_trace
+    _installed = True
+
+
+def reset_after_fork() -> None:
+    """In a forked child: the parent's open ranges are not the child's (a multiprocessing child never exits
+    them), so start counting from zero."""
+    _OPEN[0] = 0
+    _tls.depth = 0
+
+
+def remove_session(session) -> None:
+    if session in _ACTIVE:
+        _ACTIVE.remove(session)
+
+
+_logged: set[str] = set()
+
+
+def _log_once(msg: str) -> None:
+    if msg in _logged:
+        return
+    _logged.add(msg)
+    try:
+        sys.stderr.write(f"[mmprof] {msg}\n")
+    except Exception:
+        pass
