@@ -6,7 +6,9 @@ The built-in tables live in `mmprof/rules/kernels_*.toml` and `mmprof/rules/cpu_
 describes the format. Rules are tried in order; the first whose regex *searches* successfully wins.
 
 A rule's `variant` may use the regex's groups: `{1}` for group 1, `{name}` for a named group, `{0}` for the
-whole match. A name no rule matches is *unclassified*: family `other`, rule `None`.
+whole match. A rule with `on = "function"` searches only the kernel's qualified function name (`function_name`):
+keyword rules then cannot fire on a word in a template argument or a parameter type. A name no rule matches is
+*unclassified*: family `other`, rule `None` -- better unknown than a wrong family.
 """
 
 from __future__ import annotations
@@ -21,13 +23,72 @@ from mmprof.fileio import read_toml
 
 RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 # Priority order of the built-in files: model-specific kernels first, generic keyword rules last.
-BUILTIN_FILES = ("cpu_ops.toml", "kernels_model.toml", "kernels_rocm.toml", "kernels_cuda.toml", "kernels_torch.toml",
-                 "kernels_generic.toml")
+# kernels_engines.toml (rules anchored on an engine's or kernel library's namespace or exact kernel names) comes
+# before the model file, whose rules are keyword-like.
+BUILTIN_FILES = ("cpu_ops.toml", "kernels_engines.toml", "kernels_model.toml", "kernels_rocm.toml", "kernels_cuda.toml",
+                 "kernels_torch.toml", "kernels_generic.toml")
 PATHS = ("fast", "fallback", "neutral")
 FAMILIES = ("gemm", "grouped_gemm", "moe", "attention", "sparse_attention", "indexer_score", "topk", "sort",
             "norm", "activation", "elementwise", "reduction", "index", "copy", "memcpy", "communication",
             "embedding", "conv", "optimizer", "other")
-_RULE_KEYS = {"id", "pattern", "family", "variant", "library", "path", "description", "example", "ignore_case"}
+_RULE_KEYS = {"id", "pattern", "family", "variant", "library", "path", "description", "example", "ignore_case", "on"}
+TARGETS = ("name", "function")
+_DEPTH_OPEN, _DEPTH_CLOSE = "<({[", ">)}]"
+_MANGLED_ID = re.compile(r"(\d+)")
+
+
+def _mangled_function_name(name: str) -> str | None:
+    """`_ZN5aiter24add_rmsnorm_quant_kernelIDF16b...` -> `aiter::add_rmsnorm_quant_kernel` (Itanium ABI, names only)."""
+    i, parts = 2, []
+    if name.startswith("L", i):
+        i += 1
+    nested = name.startswith("N", i)
+    i += nested
+    while i < len(name):
+        if name.startswith("St", i):
+            parts.append("std")
+            i += 2
+            continue
+        if name[i] in "LK" and nested:
+            i += 1
+            continue
+        m = _MANGLED_ID.match(name, i)
+        if m is None:
+            break
+        n, i = int(m.group(1)), m.end()
+        ident = name[i:i + n]
+        if len(ident) < n:
+            return None
+        i += n
+        parts.append("(anonymous namespace)" if ident.startswith("_GLOBAL__N") else ident)
+        if not nested:
+            break
+    return "::".join(parts) or None
+
+
+def function_name(name: str) -> str:
+    """The qualified function name of a kernel name as profilers show it: namespaces and name, without the return
+    type, template arguments, parameter list and `[clone .kd]` / `.kd` suffixes; mangled `_Z` names are decoded
+    as far as their names. `void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)` -> `vllm::rms_norm_kernel`."""
+    s = name.strip()
+    if s.startswith("_Z"):
+        return _mangled_function_name(s) or s
+    s = s.replace("(anonymous namespace)", "__anonymous_namespace__")
+    head, depth = [], 0
+    for ch in s:
+        if ch in _DEPTH_OPEN:
+            if ch == "(" and depth == 0:
+                break
+            depth += 1
+        elif ch in _DEPTH_CLOSE:
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            head.append(ch)
+    words = "".join(head).replace(" [clone", " ").split()
+    fn = words[-1] if words else s
+    if fn.endswith(".kd"):
+        fn = fn[:-3]
+    return fn.replace("__anonymous_namespace__", "(anonymous namespace)")
 
 
 @dataclass(frozen=True)
@@ -57,10 +118,13 @@ class Rule:
     description: str = ""
     example: str | None = None
     ignore_case: bool = False
+    on: str = "name"  # name: search the whole kernel name; function: only its qualified function name
     source: str = "builtin"
     regex: re.Pattern = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
-    def apply(self, name: str) -> KernelClass | None:
+    def apply(self, name: str, func: str | None = None) -> KernelClass | None:
+        if self.on == "function":
+            name = func if func is not None else function_name(name)
         m = self.regex.search(name)
         if m is None:
             return None
@@ -74,7 +138,7 @@ class Rule:
         return KernelClass(self.family, variant, self.library, self.path, self.id)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "pattern": self.pattern, "family": self.family, "variant": self.variant,
+        return {"id": self.id, "pattern": self.pattern, "on": self.on, "family": self.family, "variant": self.variant,
                 "library": self.library, "path": self.path, "description": self.description,
                 "example": self.example, "source": self.source}
 
@@ -92,8 +156,9 @@ class RuleSet:
         hit = self._cache.get(name)
         if hit is None:
             hit = UNCLASSIFIED
+            func = function_name(name)
             for rule in self.rules:
-                kc = rule.apply(name)
+                kc = rule.apply(name, func)
                 if kc is not None:
                     hit = kc
                     break
@@ -131,14 +196,17 @@ def _parse_rules(doc: dict[str, Any], where: str) -> list[Rule]:
         path = r.get("path", "neutral")
         if path not in PATHS:
             raise BadInput(f"{label}: path {path!r} must be one of {', '.join(PATHS)}")
+        on = r.get("on", "name")
+        if on not in TARGETS:
+            raise BadInput(f"{label}: on {on!r} must be one of {', '.join(TARGETS)}")
         try:
             rx = re.compile(r["pattern"], re.IGNORECASE if r.get("ignore_case") else 0)
         except re.error as e:
             raise BadInput(f"{label}: bad regex {r['pattern']!r} ({e})") from e
         rule = Rule(id=rid, pattern=r["pattern"], family=r["family"], variant=r.get("variant") or None,
                     library=r.get("library") or None, path=path, description=r.get("description", ""),
-                    example=r.get("example"), ignore_case=bool(r.get("ignore_case")), source=where, regex=rx)
-        if rule.example is not None and not rx.search(rule.example):
+                    example=r.get("example"), ignore_case=bool(r.get("ignore_case")), on=on, source=where, regex=rx)
+        if rule.example is not None and rule.apply(rule.example) is None:
             raise BadInput(f"{label}: its example {rule.example[:80]!r} does not match its own pattern")
         out.append(rule)
     return out
