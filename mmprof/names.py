@@ -494,3 +494,30 @@ def _display(s: str, max_len: int) -> str:
     if any(p.prio >= 4 for p in parts):  # launch-config integers say less than the functor beside them
         parts = [p for p in parts if p.prio > 1]
     return _assemble(ns, base, parts, max_len)
+
+
+def _without_templates(q: str) -> str:
+    out, depth = [], 0
+    for ch in q:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+@lru_cache(maxsize=65536)
+def function_name(name: str) -> str:
+    """The qualified function name of a kernel name as profilers show it (demangled when mangled): namespaces and
+    name, without the return type, template arguments, parameter list and `[clone .kd]` / `.kd` suffixes.
+    `void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)` -> `vllm::rms_norm_kernel`; a text that is not a C++
+    signature (`Memcpy HtoD (Pageable -> Device)`) gives its words before the first parenthesis."""
+    s = demangle(name.strip())
+    q = _qualified_name(s)
+    if q is None:
+        head = s.split("(", 1)[0].split()
+        q = head[-1] if head else s
+    q = _without_templates(q)
+    return q[:-3] if q.endswith(".kd") else q

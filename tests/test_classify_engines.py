@@ -12,7 +12,11 @@ import re
 
 import pytest
 
-from mmprof.analysis.classify import classify_name, coverage, function_name, load_rules
+from mmprof.analysis.classify import classify_name, load_rules
+from mmprof.analysis.coverage import coverage
+from mmprof.analysis.events import events_of
+from mmprof.names import function_name
+from mmprof.profiles import ProfileBuilder
 from mmprof.errors import BadInput
 from tests.conftest import DATA
 
@@ -351,7 +355,12 @@ def test_ggml_prefill_is_mostly_matrix_multiplies():
     names = ["void mul_mat_q<(ggml_type)12, 64, false>(char const*)", "void mul_mat_vec_q<(ggml_type)12, 1, false>"
              "(void const*)", "void flash_attn_ext_f16<128, 128, 4>(const char *)", "void rms_norm_f32<1024, true>"
              "(const float *)", "void k_bin_bcast<&(op_add(float, float)), float, float, float>(float const*)"]
-    cov = coverage(names, [78_000, 4_000, 10_000, 3_000, 5_000])
+    b = ProfileBuilder({"source": {"format": "kineto"}})
+    t = 0
+    for n, d in zip(names, [78_000, 4_000, 10_000, 3_000, 5_000]):
+        b.row("kernels", rank=0, start_ns=t, dur_ns=d, name=n)
+        t += d
+    cov = coverage(events_of(b.build()))
     fam = {r["family"]: r["share"] for r in cov.by_family}
     assert fam["gemm"] == pytest.approx(0.82) and fam["elementwise"] == pytest.approx(0.05)
     assert cov.unclassified_share == 0.0

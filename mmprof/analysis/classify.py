@@ -20,6 +20,7 @@ from typing import Any, Iterable, Sequence
 
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
+from mmprof.names import function_name
 
 RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 # Priority order of the built-in files: model-specific kernels first, generic keyword rules last.
@@ -33,64 +34,6 @@ FAMILIES = ("gemm", "grouped_gemm", "moe", "attention", "sparse_attention", "ind
             "embedding", "conv", "optimizer", "other")
 _RULE_KEYS = {"id", "pattern", "family", "variant", "library", "path", "description", "example", "ignore_case", "on"}
 TARGETS = ("name", "function")
-_DEPTH_OPEN, _DEPTH_CLOSE = "<({[", ">)}]"
-_MANGLED_ID = re.compile(r"(\d+)")
-
-
-def _mangled_function_name(name: str) -> str | None:
-    """`_ZN5aiter24add_rmsnorm_quant_kernelIDF16b...` -> `aiter::add_rmsnorm_quant_kernel` (Itanium ABI, names only)."""
-    i, parts = 2, []
-    if name.startswith("L", i):
-        i += 1
-    nested = name.startswith("N", i)
-    i += nested
-    while i < len(name):
-        if name.startswith("St", i):
-            parts.append("std")
-            i += 2
-            continue
-        if name[i] in "LK" and nested:
-            i += 1
-            continue
-        m = _MANGLED_ID.match(name, i)
-        if m is None:
-            break
-        n, i = int(m.group(1)), m.end()
-        ident = name[i:i + n]
-        if len(ident) < n:
-            return None
-        i += n
-        parts.append("(anonymous namespace)" if ident.startswith("_GLOBAL__N") else ident)
-        if not nested:
-            break
-    return "::".join(parts) or None
-
-
-def function_name(name: str) -> str:
-    """The qualified function name of a kernel name as profilers show it: namespaces and name, without the return
-    type, template arguments, parameter list and `[clone .kd]` / `.kd` suffixes; mangled `_Z` names are decoded
-    as far as their names. `void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)` -> `vllm::rms_norm_kernel`."""
-    s = name.strip()
-    if s.startswith("_Z"):
-        return _mangled_function_name(s) or s
-    s = s.replace("(anonymous namespace)", "__anonymous_namespace__")
-    head, depth = [], 0
-    for ch in s:
-        if ch in _DEPTH_OPEN:
-            if ch == "(" and depth == 0:
-                break
-            depth += 1
-        elif ch in _DEPTH_CLOSE:
-            depth = max(depth - 1, 0)
-        elif depth == 0:
-            head.append(ch)
-    words = "".join(head).replace(" [clone", " ").split()
-    fn = words[-1] if words else s
-    if fn.endswith(".kd"):
-        fn = fn[:-3]
-    return fn.replace("__anonymous_namespace__", "(anonymous namespace)")
-
-
 @dataclass(frozen=True)
 class KernelClass:
     family: str
