@@ -250,7 +250,7 @@ def test_example_specs_parse_and_are_marked_examples(name):
 def test_rule_registry_is_documented():
     checks = load_info()
     assert [c for c in checks if c.startswith("FP")] == [f"FP00{i}" for i in range(7)]
-    assert [c for c in checks if c.startswith("SH")] == [f"SH00{i}" for i in range(1, 8)]
+    assert [c for c in checks if c.startswith("SH")] == [f"SH00{i}" for i in range(1, 10)]
     doc = (ROOT / "docs" / "rules.md").read_text()
     for code, c in checks.items():
         for key in ("name", "status", "severity", "summary", "what", "why", "example", "known_problems"):
@@ -268,7 +268,8 @@ def test_h200_trace_of_the_runtime_separate_shared_expert():
     st = statuses(r)
     assert st["shared-expert-separate"] == ("FP001", "fail")
     assert st["routed-experts-grouped"] == ("FP003", "pass")
-    assert st["experts-dispatch-grouped"] == ("FP003", "no_evidence")  # no dispatch log in a plain trace
+    # a plain trace has no dispatch log: the default spec is the one for any runtime (no dispatch assertions)
+    assert r.spec_id == "mmprof-moe-fast" and "experts-dispatch-grouped" not in st
     assert r.exit_code == 1
 
 

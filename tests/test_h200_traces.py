@@ -31,9 +31,9 @@ def test_h200_runtime_kernels_classify_and_verify(name, codes):
     assert r.source == "kernels"
     failing = {x.code for x in r.results if x.status == "fail"}
     assert failing == codes, [(x.id, x.message) for x in r.results if x.status != "pass"]
-    unjudged = [x for x in r.results if x.status not in ("pass", "fail")]
-    assert unjudged and all("dispatch log" in x.message for x in unjudged)
-    assert r.exit_code == (1 if codes else 2)
+    # no dispatch log in these traces: the default spec is the one for any runtime, judged from the scopes
+    assert r.spec_id == "mmprof-moe-fast" and all(x.status in ("pass", "fail") for x in r.results)
+    assert r.exit_code == (1 if codes else 0)
 
 
 def test_h200_grouped_gemm_kernel_is_the_cutlass_grouped_path():

@@ -23,15 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.events import EventFrame, events_of
-from mmprof.analysis.timeline import (
-    CATEGORIES,
-    LABELS,
-    NO_PHASE,
-    StepStats,
-    TimelineResult,
-    phase_labels,
-    timeline,
-)
+from mmprof.analysis.timeline import CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, phase_labels, timeline
 from mmprof.errors import NoEvidence
 from mmprof.labels import is_marker, module_event
 from mmprof.units import fmt_ns
@@ -219,8 +211,8 @@ class _Side:
     role: pd.Categorical
 
 
-def _side(profile) -> _Side:
-    ev = events_of(profile)
+def _side(profile, shape_regions=None) -> _Side:
+    ev = events_of(profile, shape_regions=shape_regions)
     layer, role = event_roles(profile, ev)
     return _Side(profile, ev, timeline(profile, ev), phase_labels(profile, ev.phase), layer, role)
 
@@ -364,10 +356,10 @@ def plain_timing_change(before, after) -> dict[str, Any] | None:
     return out
 
 
-def diff_profiles(before, after, phase: str | None = None, rank: int | None = None,
+def diff_profiles(before, after, phase: str | None = None, rank: int | None = None, shape_regions=(None, None),
                   labels: tuple[str, str] = ("before", "after")) -> DiffResult:
     """Compare two Profiles (see the module docstring). Raises NoEvidence when there is nothing to compare."""
-    b, a = _side(before), _side(after)
+    b, a = _side(before, shape_regions[0]), _side(after, shape_regions[1])
     warnings = [w if w in a.events.warnings else f"before: {w}" for w in b.events.warnings]
     warnings += [f"after: {w}" for w in a.events.warnings if w not in b.events.warnings]
     warnings = list(dict.fromkeys(warnings))

@@ -27,12 +27,7 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.classify import RuleSet, classify_names, default_rules
-from mmprof.analysis.roofline import (
-    BOUND_COMPUTE,
-    BOUND_MEMORY,
-    Roofline,
-    event_roofline,
-)
+from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
 from mmprof.analysis.structure import Regions, StructureIndex, regions
 from mmprof.labels import is_marker, parse_label
 

@@ -17,19 +17,8 @@ import pandas as pd
 from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.events import CAT_COMM, CAT_MEMCPY, EventFrame, events_of
 from mmprof.analysis.launch import LaunchStats, launch_analysis
-from mmprof.analysis.roofline import (
-    BOUND_COMPUTE,
-    BOUND_MEMORY,
-    BoundSummary,
-    summarise_bounds,
-)
-from mmprof.analysis.timeline import (
-    NO_PHASE,
-    Breakdown,
-    StepStats,
-    phase_labels,
-    timeline,
-)
+from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, summarise_bounds
+from mmprof.analysis.timeline import NO_PHASE, Breakdown, StepStats, phase_labels, timeline
 from mmprof.errors import MmprofError, NoEvidence
 
 TOP_KERNELS = 10
@@ -151,13 +140,13 @@ def _top_kernels(profile, ev: EventFrame, m: np.ndarray, n: int = TOP_KERNELS) -
     return out
 
 
-def _checks(profile) -> dict[str, Any]:
+def _checks(profile, shape_regions=None) -> dict[str, Any]:
     """The built-in fast-path checks (`mmprof.analysis.checks.verify` with the default spec), summarised.
 
     A check with nothing to judge stays "no evidence".
     """
     try:
-        res = verify(profile)
+        res = verify(profile, shape_regions=shape_regions)
     except MmprofError as e:
         return {"available": True, "summary": f"checks: could not run ({e})"}
     counts = res.counts()
@@ -170,9 +159,10 @@ def _checks(profile) -> dict[str, Any]:
             "results": [{"code": r.code, "status": r.status, "message": r.message} for r in res.results]}
 
 
-def build_report(profile, phase: str | None = None, rank: int | None = None, top: int = TOP_KERNELS) -> Report:
-    """The report of one Profile; `phase`/`rank` restrict it."""
-    ev = events_of(profile)
+def build_report(profile, phase: str | None = None, rank: int | None = None, top: int = TOP_KERNELS,
+                 shape_regions=None) -> Report:
+    """The report of one Profile; `phase`/`rank` restrict it; `shape_regions` label ops from a model config."""
+    ev = events_of(profile, shape_regions=shape_regions)
     tl = timeline(profile, ev)
     la = launch_analysis(profile, ev, tl)
     phases = tl.phases if phase is None else [phase]
@@ -196,5 +186,5 @@ def build_report(profile, phase: str | None = None, rank: int | None = None, top
     agg = [one(ph, rank) for ph in phases]
     per_rank = [one(ph, r) for ph in phases for r in ranks] if len(ranks) > 1 else []
     devices = {r: (p.name if p else None) for r, p in (ev.roof.peaks.items() if ev.roof else [])}
-    return Report(ev.source, devices, agg, per_rank, _checks(profile), list(tl.notes),
+    return Report(ev.source, devices, agg, per_rank, _checks(profile, shape_regions), list(tl.notes),
                   list(dict.fromkeys(tl.warnings + la.warnings)))

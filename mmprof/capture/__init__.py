@@ -6,11 +6,6 @@ Importing this package does not import torch.
 
 from __future__ import annotations
 
-from mmprof.capture.session import (
-    DEFAULT_STEP_MARKERS,
-    CaptureSession,
-    combine_traces,
-    install_hooks,
-)
+from mmprof.capture.session import DEFAULT_STEP_MARKERS, CaptureSession, combine_traces, install_hooks
 
 __all__ = ["CaptureSession", "DEFAULT_STEP_MARKERS", "combine_traces", "install_hooks"]

@@ -20,12 +20,7 @@ from typing import Any
 
 from mmprof.capture import backends
 from mmprof.capture.command import run_command
-from mmprof.capture.session import (
-    DEFAULT_STEP_MARKERS,
-    MODES,
-    TRACE_SUFFIX,
-    combine_traces,
-)
+from mmprof.capture.session import DEFAULT_STEP_MARKERS, MODES, TRACE_SUFFIX, combine_traces
 from mmprof.errors import BadInput, CaptureUnavailable, MmprofError
 from mmprof.importers import import_paths
 from mmprof.profiles.io import save_profile

@@ -35,12 +35,7 @@ from typing import Any
 import numpy as np
 
 from mmprof._version import __version__
-from mmprof.capture.launch import (
-    RankContext,
-    join_torchrun,
-    spawn_ranks,
-    torchrun_world,
-)
+from mmprof.capture.launch import RankContext, join_torchrun, spawn_ranks, torchrun_world
 from mmprof.capture.run_options import Progress, RunOptions, validate
 from mmprof.capture.session import CaptureSession
 from mmprof.errors import BadInput, CaptureUnavailable

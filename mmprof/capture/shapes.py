@@ -16,16 +16,14 @@ import dataclasses
 from collections import Counter, defaultdict
 
 from mmprof.analysis.checks.shapes_analytic import analytic_findings
-from mmprof.analysis.checks.shapes_observed import (
-    calls_from_profile,
-    compare_calls,
-    cross_rank,
-    role_of,
-)
+from mmprof.analysis.checks.shapes_observed import calls_from_profile, compare_calls, cross_rank, role_of
+from mmprof.analysis.checks.shapes_traced import traced_findings
+from mmprof.analysis.shape_match import match_profile, profile_tp
 from mmprof.capture.shapes_live import capture_live
 from mmprof.errors import BadInput, NoEvidence
 from mmprof.importers import import_paths
-from mmprof.runtime import ModelArgs, analytic, from_hf_config, load_config
+from mmprof.modelspec import ModelSpec
+from mmprof.runtime import PRESETS, ModelArgs, analytic, from_hf_config, load_config, to_spec
 from mmprof.shapes_model import Comparison, ShapesResult, Workload
 
 
@@ -79,39 +77,64 @@ def live_shapes(model: str = "tiny", tp: int = 2, ep: int = 1, device: str = "cp
 
 def profile_shapes(paths: list[str], tp: int | None = None, ep: int = 1, model: str | None = None,
                    dtype: str = "bf16") -> ShapesResult:
-    """Traced shapes of per-rank traces (or a saved Profile), compared across ranks and, when the model and TP
-    size are known (options, or the profile's meta), with the analytic shapes."""
+    """Traced shapes of per-rank traces (or a saved Profile), compared across ranks and, when the model is known
+    (`model`: a preset or any family's config.json; else the profile's meta), with the per-rank shapes the config
+    gives: GEMMs and attention labelled by annotations, module events or shape matching; findings SH005, SH006
+    (our runtime's labels), SH008 (work replicated across TP ranks) and SH009 (GEMMs the config does not
+    explain)."""
     if tp is not None:
         _check_parallel(tp, ep)
     profile = import_paths(paths)
     calls = calls_from_profile(profile)
-    if not calls:
+    args, spec = _resolve_any(model, profile)
+    par = profile.meta.get("parallel") or {}
+    tp = tp or par.get("tp") or (profile_tp(profile) if spec is not None else None)
+    ep = ep if ep != 1 else par.get("ep", 1) or 1
+    if not calls and spec is None:
         raise NoEvidence(f"{', '.join(map(str, paths))}: no GEMM-like or attention ops with input shapes; record "
                          "with shapes (torch.profiler record_shapes=True, or mmprof record)")
-    args = None
-    meta_model = profile.meta.get("model")
-    par = profile.meta.get("parallel") or {}
-    if model:
-        args = resolve_model(model)
-    elif isinstance(meta_model, dict):
-        args = _args_from_meta(meta_model)
-    tp = tp or par.get("tp")
-    ep = ep if ep != 1 else par.get("ep", 1) or 1
-    ranks = sorted({c.rank for c in calls})
+    ranks = sorted({c.rank for c in calls}) or profile.ranks
     if args is not None and tp:
         res = analytic(args, tp, ep, dtype=dtype)
         res.comparison = compare_calls(calls, res, "profile")
-        res.notes.append(f"profile: compared {len(calls)} traced calls with the analytic shapes of {args.name} at "
-                         f"TP {tp}")
+        res.notes.append(f"profile: compared the {len(calls)} traced calls carrying mmprof's region labels with the "
+                         f"analytic shapes of {args.name} at TP {tp}")
     else:
-        res = ShapesResult(model="(unknown)", tp=tp or len(ranks), ep=ep, dtype=dtype, workload=Workload(),
-                           ranks=[], config={})
+        name = (spec.model_type or spec.family) if spec is not None else "(unknown)"
+        res = ShapesResult(model=name, tp=tp or len(ranks), ep=ep, dtype=dtype, workload=Workload(), ranks=[],
+                           config=spec.to_dict() if spec is not None else {})
         res.comparison = Comparison("profile", len(calls), 0, [], 0, 0, _per_rank(calls), cross_rank(calls))
-        res.notes.append("profile meta has no model config / TP size: ranks compared with each other only "
-                         "(pass --model and --tp to compare with the analytic shapes too)")
+        if spec is None:
+            res.notes.append("profile meta has no model config / TP size: ranks compared with each other only "
+                             "(pass --model and --tp to compare with the model's per-rank shapes too)")
     res.findings.extend(res.comparison.findings)
+    if spec is not None:
+        ss = match_profile(profile, spec, tp, ep)
+        res.findings.extend(traced_findings(ss.report, profile))
+        rep = ss.report
+        res.notes.append(f"shape matching against {spec.model_type or spec.family} at TP {rep.tp}: {rep.matched} of "
+                         f"{rep.gemms} GEMMs matched a per-rank weight shape, {len(rep.ambiguous)} ambiguous, "
+                         f"{len(rep.unexplained)} unexplained; {rep.forwards_layered} of {rep.forwards} forwards "
+                         "split into the config's layers")
+        res.notes.extend(rep.warnings)
     res.notes.append(f"profile: {len(calls)} GEMM-like/attention calls with shapes on ranks {ranks}")
     return res
+
+
+def _resolve_any(model: str | None, profile) -> tuple[ModelArgs | None, ModelSpec | None]:
+    """(runtime ModelArgs when the reference runtime can build it, ModelSpec of any family) for `model` or the
+    profile's meta model."""
+    if model:
+        if model in PRESETS:
+            args = resolve_model(model)
+            return args, to_spec(args)
+        spec = ModelSpec.load(model)
+        return (resolve_model(model) if spec.family == "minimax_m3" else None), spec
+    meta_model = profile.meta.get("model")
+    if isinstance(meta_model, dict):
+        args = _args_from_meta(meta_model)
+        return args, to_spec(args)
+    return None, None
 
 
 def _per_rank(calls) -> dict[int, dict[str, int]]:

@@ -6,7 +6,10 @@ import sys
 
 import click
 
+from mmprof.analysis.shape_match import match_profile
 from mmprof.capture.run_options import PRESET_NAMES, RunOptions
+from mmprof.errors import BadInput
+from mmprof.modelspec import ModelSpec
 
 
 def switch_options(f):
@@ -62,3 +65,29 @@ def run_options(preset, config, device, dtype, batch, prompt_len, decode_steps, 
                       block_reuse=block_reuse, attention=attention,
                       command=["mmprof", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("mmprof") else None,
                       **rest)
+
+
+def model_options(f):
+    """--model / --tp / --ep: a model config whose per-rank GEMM shapes label the trace's ops (for traces with
+    shapes but no annotations or module events)."""
+    opts = [
+        click.option("--model", "model", type=click.Path(), default=None,
+                     help="A Hugging Face config.json (or checkpoint dir): label ops by matching their shapes with "
+                          "the model's per-rank GEMMs (traces with shapes but no annotations or module events)."),
+        click.option("--tp", type=click.IntRange(min=1), default=None,
+                     help="Tensor-parallel size of the traced run (default: the trace's world size)."),
+        click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Expert-parallel size: 1 or equal to --tp."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def shape_regions(profile, model: str | None, tp: int | None, ep: int):
+    """Regions from --model (None without it)."""
+    if model is None:
+        if tp is not None or ep != 1:
+            raise BadInput("--tp/--ep describe the traced run for --model; give --model CONFIG too")
+        return None
+    return match_profile(profile, ModelSpec.load(model), tp, ep).regions

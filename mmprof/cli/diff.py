@@ -8,6 +8,7 @@ import click
 
 from mmprof.analysis.diff import diff_profiles
 from mmprof.cli._common import console, echo_json, json_option, load_any, write_text
+from mmprof.cli._options import model_options, shape_regions
 from mmprof.render.html import diff_html
 from mmprof.render.markdown import diff_markdown
 from mmprof.render.text.report import render_diff
@@ -21,12 +22,15 @@ from mmprof.render.text.report import render_diff
 @click.option("--html", "html_file", metavar="FILE", help="Also write one self-contained HTML file with plots.")
 @click.option("--phase", metavar="PHASE", help="Phase to compare (prefill, decode); default decode when both have it.")
 @click.option("--rank", type=int, metavar="R", help="Compare one rank only.")
+@model_options
 def diff(before: str, after: str, as_json: bool, markdown_file: str | None, html_file: str | None,
-         phase: str | None, rank: int | None) -> None:
+         phase: str | None, rank: int | None, model: str | None, tp: int | None, ep: int) -> None:
     """Compare two profiles (saved Profiles or raw traces): step time, category shares, the verdict of where the
     bottleneck moved, kernel variants that appeared or vanished, and top deltas by scope, layer and rank."""
     pb, pa = load_any(before), load_any(after)
-    result = diff_profiles(pb, pa, phase=phase, rank=rank, labels=(Path(before).name, Path(after).name))
+    regions = (shape_regions(pb, model, tp, ep), shape_regions(pa, model, tp, ep))
+    result = diff_profiles(pb, pa, phase=phase, rank=rank, labels=(Path(before).name, Path(after).name),
+                           shape_regions=regions)
     if markdown_file:
         write_text(markdown_file, diff_markdown(result))
     if html_file:

@@ -6,6 +6,7 @@ import click
 
 from mmprof.analysis.report import build_report
 from mmprof.cli._common import console, echo_json, json_option, load_any, write_text
+from mmprof.cli._options import model_options, shape_regions
 from mmprof.render.html import report_html
 from mmprof.render.markdown import report_markdown
 from mmprof.render.text.report import render_report
@@ -19,11 +20,13 @@ from mmprof.render.text.report import render_report
 @click.option("--top", type=int, default=10, show_default=True, help="Top kernels per phase.")
 @click.option("--markdown", "markdown_file", metavar="FILE", help="Also write Markdown; '-' for stdout.")
 @click.option("--html", "html_file", metavar="FILE", help="Also write one self-contained HTML file.")
+@model_options
 def report(profile: str, as_json: bool, phase: str | None, rank: int | None, top: int,
-           markdown_file: str | None, html_file: str | None) -> None:
+           markdown_file: str | None, html_file: str | None, model: str | None, tp: int | None, ep: int) -> None:
     """Per phase and rank: where the wall time went (compute-bound, memory-bound, communication, memcpy,
     launch-bound idle), top kernels with their roofline bound and efficiency, and a one-line bottleneck."""
-    result = build_report(load_any(profile), phase=phase, rank=rank, top=top)
+    prof = load_any(profile)
+    result = build_report(prof, phase=phase, rank=rank, top=top, shape_regions=shape_regions(prof, model, tp, ep))
     if markdown_file:
         write_text(markdown_file, report_markdown(result, top))
     if html_file:

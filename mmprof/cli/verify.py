@@ -13,7 +13,7 @@ from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.classify import load_rules
 from mmprof.capture.run_options import validate
 from mmprof.cli._common import console, echo_json, json_option, load_any
-from mmprof.cli._options import run_options, workload_options
+from mmprof.cli._options import model_options, run_options, shape_regions, workload_options
 from mmprof.errors import BadInput
 from mmprof.render.junit import write_junit
 from mmprof.render.text.progress import progress_bar
@@ -32,31 +32,34 @@ from mmprof.render.text.verify import render_verify
 @click.option("--verbose", "-v", is_flag=True, help="Show evidence for passing assertions too.")
 @click.option("--run", "do_run", is_flag=True,
               help="Run the reference runtime first (with the run options below, full capture) and verify that run.")
+@model_options
 @workload_options
 @click.option("-o", "--output", default=None, help="With --run: also save the run's Profile here.")
 @json_option
 @click.pass_context
 def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | None, rules_paths: tuple[str, ...],
                     junit_path: str | None, sparse_layers: int | None, verbose: bool, do_run: bool, output: str | None,
-                    as_json: bool, **run_opts) -> None:
+                    model: str | None, tp: int | None, ep: int, as_json: bool, **run_opts) -> None:
     """Check which kernel variants dispatched in each op region against a spec (CI gate).
 
     PROFILE is an mmprof profile or a raw trace (Kineto, rocprofv3, nsys), imported on the fly. With --run
     and no PROFILE, the reference runtime runs first (e.g. `mmprof verify-fastpath --run --preset tiny
-    --shared-expert separate` exits 1 with FP001).
+    --shared-expert separate` exits 1 with FP001). With --model CONFIG, a trace that has shapes but no
+    annotations or module events is labelled by matching its GEMMs with the model's per-rank shapes.
     """
     if (profile is None) == (not do_run):
         raise BadInput("give a PROFILE (an mmprof profile or a trace) or --run (run the reference runtime first), "
                        "not both" if do_run else
                        "give a PROFILE (an mmprof profile or a trace) or --run to run the reference runtime first")
-    spec = load_spec(spec_path)
+    spec = load_spec(spec_path) if spec_path else None  # None: the built-in spec that fits the profile
     rules = load_rules(rules_paths) if rules_paths else None
     if do_run:
         prof = _run_reference(run_opts, output, quiet=as_json)
         profile = output or f"mmprof run ({run_opts['preset']})"
     else:
         prof = load_any(profile)
-    result = verify(prof, spec, rules=rules, sparse_layers=sparse_layers, profile_name=str(profile))
+    result = verify(prof, spec, rules=rules, sparse_layers=sparse_layers, profile_name=str(profile),
+                    shape_regions=shape_regions(prof, model, tp, ep))
     if junit_path:
         write_junit(result, junit_path)
     if as_json:
@@ -71,9 +74,7 @@ def _run_reference(run_opts: dict, output: str | None, quiet: bool):
     import tempfile
     from pathlib import Path
 
-    from mmprof.capture.runtime_run import (
-        run_to_file,  # imports the runtime (torch): only with --run
-    )
+    from mmprof.capture.runtime_run import run_to_file  # imports the runtime (torch): only with --run
 
     opts = run_options(**run_opts, capture="full", repeats=1)
     validate(opts)

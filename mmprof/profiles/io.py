@@ -15,13 +15,7 @@ from mmprof._version import __version__
 from mmprof.errors import BadInput, SchemaError
 from mmprof.fileio import atomic_write, read_bytes
 from mmprof.profiles.model import _NP_DTYPE, Profile, _empty_column
-from mmprof.profiles.schema import (
-    FORMAT_NAME,
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    TABLES,
-    column_kind,
-)
+from mmprof.profiles.schema import FORMAT_NAME, MIGRATIONS, SCHEMA_VERSION, TABLES, column_kind
 
 
 def to_dict(profile: Profile) -> dict[str, Any]:

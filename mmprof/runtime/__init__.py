@@ -30,14 +30,7 @@ torch is imported lazily: importing this package only loads config/tp; the rest 
 
 from __future__ import annotations
 
-from .config import (
-    PRESETS,
-    ModelArgs,
-    Switches,
-    from_hf_config,
-    get_preset,
-    load_config,
-)
+from .config import PRESETS, ModelArgs, Switches, from_hf_config, get_preset, load_config, to_spec
 from .tp import ShardPlan, ShardRefused, shard_plan
 
 _LAZY = {
@@ -48,7 +41,7 @@ _LAZY = {
     "init_distributed": ".dist", "analytic": ".shapes", "layer_kinds": ".shapes",
 }
 
-__all__ = ["PRESETS", "ModelArgs", "Switches", "from_hf_config", "get_preset", "load_config", "ShardPlan", "ShardRefused",
+__all__ = ["PRESETS", "ModelArgs", "Switches", "from_hf_config", "get_preset", "load_config", "to_spec", "ShardPlan", "ShardRefused",
            "shard_plan", *_LAZY]
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mmprof.errors import BadInput
+from mmprof.modelspec import ModelSpec
 
 
 @dataclass
@@ -148,61 +149,51 @@ def get_preset(name: str, **overrides: Any) -> ModelArgs:
         raise BadInput(f"preset {name}: bad override ({e})") from None
 
 
-_FLAT = {  # HF text_config key -> ModelArgs field
-    "vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_hidden_layers": "n_layers",
-    "num_attention_heads": "n_heads", "num_key_value_heads": "n_kv_heads", "head_dim": "head_dim",
-    "rotary_dim": "rotary_dim", "rope_theta": "rope_theta", "rms_norm_eps": "norm_eps",
-    "dense_intermediate_size": "dense_intermediate", "intermediate_size": "moe_intermediate",
-    "shared_intermediate_size": "shared_intermediate", "n_shared_experts": "n_shared_experts",
-    "num_local_experts": "n_experts", "num_experts": "n_experts", "num_experts_per_tok": "top_k",
-    "routed_scaling_factor": "routed_scaling_factor", "swiglu_alpha": "swiglu_alpha",
-    "swiglu_limit": "swiglu_limit", "index_n_heads": "index_n_heads", "index_head_dim": "index_head_dim",
-    "index_block_size": "index_block_size", "index_topk_blocks": "index_topk_blocks",
-    "index_local_blocks": "index_local_blocks",
-}
-_LEGACY_SPARSE = {
-    "sparse_num_index_heads": "index_n_heads", "sparse_index_dim": "index_head_dim",
-    "sparse_block_size": "index_block_size", "sparse_topk_blocks": "index_topk_blocks",
-    "sparse_local_block": "index_local_blocks",
-}
-
-
 def from_hf_config(cfg: dict[str, Any], name: str = "hf") -> ModelArgs:
-    """ModelArgs from a Hugging Face config dict: the top-level VL config (uses `text_config`) or a text config."""
-    if not isinstance(cfg, dict):
-        raise BadInput("HF config must be a JSON object")
-    tc = cfg.get("text_config", cfg)
-    if not isinstance(tc, dict) or "hidden_size" not in tc:
-        raise BadInput("HF config has no text_config with hidden_size; is this a MiniMax M3 config.json?")
-    kw: dict[str, Any] = {"name": name}
-    for k, f in _FLAT.items():
-        if k in tc and tc[k] is not None:
-            kw[f] = tc[k]
-    rope = tc.get("rope_parameters") or tc.get("rope_scaling") or {}
-    if isinstance(rope, dict) and "rope_theta" in rope:
-        kw["rope_theta"] = rope["rope_theta"]
-    if "rotary_dim" not in tc and isinstance(rope, dict) and "partial_rotary_factor" in rope:
-        kw["rotary_dim"] = int(kw.get("head_dim", 128) * rope["partial_rotary_factor"])
-    sparse = tc.get("sparse_attention_config") or {}
-    for k, f in _LEGACY_SPARSE.items():
-        if k in sparse:
-            kw[f] = sparse[k]
-    n = kw.get("n_layers", 60)
-    if tc.get("mlp_layer_types"):
-        kw["mlp_types"] = ["moe" if t == "sparse" else "dense" for t in tc["mlp_layer_types"]]
-    elif tc.get("moe_layer_freq") is not None:
-        kw["mlp_types"] = ["moe" if f else "dense" for f in tc["moe_layer_freq"]]
-    else:
-        kw["mlp_types"] = ["moe"] * n
-    if tc.get("layer_types"):
-        kw["attn_types"] = ["sparse" if t == "minimax_m3_sparse" else "full" for t in tc["layer_types"]]
-    elif "sparse_attention_freq" in sparse:
-        kw["attn_types"] = ["sparse" if f else "full" for f in sparse["sparse_attention_freq"]]
-    else:
-        kw["attn_types"] = ["full"] * n
-    if isinstance(tc.get("max_position_embeddings"), int):
-        kw["max_seq_len"] = min(8192, tc["max_position_embeddings"])
+    """ModelArgs from a Hugging Face MiniMax M3 config dict (the VL config's `text_config`, legacy keys included),
+    read by `mmprof.modelspec` (the one reader of such configs). Other families are refused: the reference
+    runtime only builds M3."""
+    spec = ModelSpec.from_hf(cfg, name)
+    if spec.family != "minimax_m3":
+        raise BadInput(f"{name}: a {spec.model_type or spec.family} config; the reference runtime builds MiniMax M3 "
+                       "only (other families can still be read by `--model` for shape matching)")
+    kw: dict[str, Any] = dict(
+        name=name, vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, n_layers=spec.n_layers,
+        n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim, rotary_dim=spec.rotary_dim,
+        rope_theta=spec.rope_theta, norm_eps=spec.norm_eps, moe_intermediate=spec.moe_intermediate,
+        n_experts=spec.n_experts, top_k=spec.top_k, n_shared_experts=spec.n_shared_experts,
+        routed_scaling_factor=spec.routed_scaling_factor, mlp_types=spec.mlp_types, attn_types=spec.attn_types)
+    if spec.dense_intermediate:
+        kw["dense_intermediate"] = spec.dense_intermediate
+    if spec.shared_intermediate:
+        kw["shared_intermediate"] = spec.shared_intermediate
+    if spec.swiglu_alpha is not None:
+        kw["swiglu_alpha"] = spec.swiglu_alpha
+    if spec.swiglu_limit is not None:
+        kw["swiglu_limit"] = spec.swiglu_limit
+    if spec.indexer == "m3":
+        kw.update(index_n_heads=spec.index_n_heads, index_head_dim=spec.index_head_dim,
+                  index_block_size=spec.index_block_size, index_topk_blocks=spec.index_topk,
+                  index_local_blocks=spec.index_local_blocks)
+    if spec.max_position_embeddings:
+        kw["max_seq_len"] = min(8192, spec.max_position_embeddings)
     return ModelArgs(**kw)
+
+
+def to_spec(args: ModelArgs) -> ModelSpec:
+    """The family-neutral description of a runtime config (what shape matching of traces reads)."""
+    sparse = "sparse" in args.attn_types
+    return ModelSpec(
+        family="minimax_m3", model_type="minimax_m3", vocab_size=args.vocab_size, hidden_size=args.hidden_size,
+        n_layers=args.n_layers, n_heads=args.n_heads, n_kv_heads=args.n_kv_heads, head_dim=args.head_dim,
+        mlp_types=list(args.mlp_types), attn_types=list(args.attn_types), dense_intermediate=args.dense_intermediate,
+        moe_intermediate=args.moe_intermediate, shared_intermediate=args.shared_intermediate,
+        n_shared_experts=args.n_shared_experts, n_experts=args.n_experts, top_k=args.top_k,
+        indexer="m3" if sparse else "none", index_n_heads=args.index_n_heads if sparse else 0,
+        index_head_dim=args.index_head_dim if sparse else 0, index_block_size=args.index_block_size,
+        index_topk=args.index_topk_blocks, index_local_blocks=args.index_local_blocks, rotary_dim=args.rotary_dim,
+        rope_theta=args.rope_theta, norm_eps=args.norm_eps, routed_scaling_factor=args.routed_scaling_factor,
+        swiglu_alpha=args.swiglu_alpha, swiglu_limit=args.swiglu_limit, max_position_embeddings=args.max_seq_len)
 
 
 def load_config(path_or_preset: str | Path, **overrides: Any) -> ModelArgs:
@@ -219,7 +210,7 @@ def load_config(path_or_preset: str | Path, **overrides: Any) -> ModelArgs:
         cfg = json.loads(p.read_text())
     except (OSError, ValueError) as e:
         raise BadInput(f"{p}: cannot read config JSON ({e})") from None
-    args = from_hf_config(cfg, name=p.parent.name or "hf")
+    args = from_hf_config(cfg, name=(p.parent.name if p.name == "config.json" else p.stem) or "hf")
     return dataclasses.replace(args, **overrides) if overrides else args
 
 

@@ -8,14 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mmprof.analysis.checks.context import (
-    MAX_EVIDENCE,
-    CheckResult,
-    Context,
-    scoped,
-    seen_regions,
-    top_kernels,
-)
+from mmprof.analysis.checks.context import MAX_EVIDENCE, CheckResult, Context, scoped, seen_regions, top_kernels
 from mmprof.analysis.checks.registry import check, implementation
 from mmprof.analysis.checks.spec import KINDS, Assertion, glob_mask, unique_map
 from mmprof.units import fmt_ns, fmt_ranges

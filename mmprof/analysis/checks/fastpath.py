@@ -22,7 +22,7 @@ Verdict = tuple[str, str, list[str], dict[str, Any]]
 @check("FP000")
 def fp000(ctx: Context) -> Verdict:
     ev = ctx.events
-    what = "kernel" if ctx.source == "kernels" else "leaf CPU op"
+    what = "kernel" if ctx.source == "kernels" else "outermost compute CPU op"
     if not len(ev):
         return ("no_evidence", "the profile has no kernel events and no CPU ops: nothing to verify "
                 "(was the GPU activity captured?)", [], {"events": 0})

@@ -25,7 +25,8 @@ from mmprof.fileio import read_toml
 
 RULES_DIR = Path(__file__).resolve().parent.parent.parent / "rules"
 MAX_LAYER = 65535  # a layer index above this is not a layer of any model
-BUILTIN_SPEC = RULES_DIR / "builtin_fastpath.toml"
+BUILTIN_SPEC = RULES_DIR / "builtin_fastpath.toml"  # the reference runtime (it writes a dispatch log)
+GENERIC_SPEC = RULES_DIR / "builtin_fastpath_generic.toml"  # any other runtime
 KINDS = {"require": "FP003", "forbid": "FP004", "max_launches": "FP005", "forbid_pattern": "FP006", "dispatch": "FP003"}
 BUILTIN_CHECKS = ("FP000", "FP001", "FP002", "FP003", "FP004")
 _ASSERT_KEYS = {"id", "kind", "code", "description", "region", "phase", "layers", "family", "variant", "library",
@@ -265,3 +266,11 @@ def load_spec(path: str | Path | None = None) -> Spec:
     p = Path(path) if path is not None else BUILTIN_SPEC
     doc = read_toml(p, "spec")
     return parse_spec(doc, "builtin:" + p.name if path is None else str(p))
+
+
+def default_spec(has_dispatch_log: bool) -> Spec:
+    """The built-in spec for a profile: the reference runtime's (with dispatch assertions) when the profile has
+    a dispatch log, else the one for any MoE runtime (judged from the profile's structure only)."""
+    if has_dispatch_log:
+        return load_spec()
+    return parse_spec(read_toml(GENERIC_SPEC, "spec"), "builtin:" + GENERIC_SPEC.name)
