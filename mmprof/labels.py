@@ -194,15 +194,21 @@ def parse_label(label: str, source: str = "annotation") -> Region | None:
     s = label.strip()
     if not s or is_marker(s) or s.startswith("nn.Module: "):
         return None
-    s = s.split(" (", 1)[0]  # `model.layers.3.mlp (Qwen3MoeSparseMoeBlock)`: mmprof record's class suffix
-    m = _LAYER.search(s)
     rules = roles()
+    cls_role = None
+    if s.endswith(")") and " (" in s:  # `model.layers.3.mlp (Qwen3MoeSparseMoeBlock)`: mmprof record's module ranges
+        s, cls = s[:-1].split(" (", 1)
+        kind = rules.kind(cls)
+        cls_role = rules.context_role(kind, None) if kind else None
+    m = _LAYER.search(s)
     if m:
         layer = int(m.group(1))
         suffix = m.group(2) or ""
-        role = (rules.path_role(suffix) or suffix) if suffix else "layer"
+        role = rules.path_role(suffix) if suffix else None
+        if role is None or (role in ("mlp", "layer") and cls_role not in (None, "layer", "embed")):
+            role = cls_role or role or suffix or "layer"
         return Region(layer, role, f"layers.{layer}.{role}", source)
-    role = rules.model_role(s)
+    role = rules.model_role(s) or (cls_role if cls_role not in (None, "layer") else None)
     return Region(-1, role, role, source) if role else None
 
 

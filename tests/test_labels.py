@@ -47,7 +47,8 @@ def test_markers_ranks_and_modules():
     assert is_marker("mmprof.step.12") and is_marker("ProfilerStep#3") and not is_marker("layers.3.mlp")
     assert parse_label("mmprof.decode") is None and parse_label("nn.Module: Linear_3") is None
     assert parse_label("model.layers.3.self_attn").role == "attn.core"  # the six copies disagreed here
-    assert parse_label("model.layers.3.mlp (Qwen3MoeSparseMoeBlock)").name == "layers.3.mlp"
+    assert parse_label("model.layers.3.mlp (Qwen3MoeSparseMoeBlock)").name == "layers.3.moe"  # a MoE block, by class
+    assert parse_label("model.layers.3.mlp (Qwen3MoeMLP)").name == "layers.3.mlp"
     assert [rank_from_name(n) for n in ("rank-3.json", "trace_rank3.db", "out.rank_12.csv", "crank3.json",
                                          "rank30x.json", "x.json")] == [3, 3, 12, None, None, None]
     assert rank_from_text("MPI Rank 3") == 3 and rank_from_text("no rank here") is None

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from mmprof.analysis.checks.verify import verify
 from mmprof.profiles.io import load_profile
 from tests.conftest import ROOT, data_file
 
@@ -233,6 +234,21 @@ def test_transformers_minimax_m3_tiny(tmp_path):
     assert dims.str.contains(r"\[1, 12, 64\]").any()  # prefill: 12 prompt tokens, hidden 64
     assert dims.str.contains(r"\[1, 1, 64\]").any()   # decode: one token
     assert (ops.input_dims.notna()).sum() > 100
+    # no code change, yet every module call is a range named by its path: the structure is known
+    names = set(p.df("scopes").name.astype(str))
+    assert "model.layers.1.mlp.shared_experts (MiniMaxM3VLDenseMLP)" in names
+    assert "model.layers.1.self_attn.indexer (MiniMaxM3VLIndexer)" in names
+    res = verify(p)
+    st = {r.id: r.status for r in res.results}
+    assert st["shared-expert-separate"] == "fail" and st["routed-experts-grouped"] == "pass"
+    shared = next(r for r in res.results if r.id == "shared-expert-separate")
+    assert "layers 1" in shared.evidence[0]
+    # --no-modules: no module ranges, so no structure (the user's own annotations only)
+    proc, out = run_record(tmp_path, "--no-modules", cmd=[sys.executable, script("m3_transformers.py")])
+    assert proc.returncode == 0, proc.stderr
+    p2 = load_profile(out)
+    assert not any("(" in n for n in p2.df("scopes").name.astype(str))
+    assert {r.id: r.status for r in verify(p2).results}["shared-expert-separate"] == "no_evidence"
 
 
 # -- (e) the reference runtime under torchrun ----------------------------------------------------

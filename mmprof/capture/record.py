@@ -42,6 +42,7 @@ class RecordOptions:
     start: str = "auto"             # auto | import | gpu
     grace_s: float = 10.0           # how long to wait for orphaned workers to finish writing after the command
     flush_every: int | None = None  # write a segment every N steps, so a process that dies keeps its earlier steps
+    modules: bool = True            # a range per nn.Module call, named by the module's path (structure of any model)
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -61,7 +62,7 @@ class RecordOptions:
 
     def window(self) -> dict[str, Any]:
         return {"skip": self.skip, "steps": self.steps, "markers": list(self.step_markers),
-                "flush_every": self.flush_every}
+                "flush_every": self.flush_every, "modules": self.modules}
 
 
 @dataclass
@@ -131,6 +132,7 @@ def build_env(trace_dir: Path, opts: RecordOptions, base: dict[str, str] | None 
     env["MMPROF_RECORD_MARKERS"] = ",".join(opts.step_markers)
     env["MMPROF_RECORD_ACTIVITIES"] = opts.activities
     env["MMPROF_RECORD_START"] = opts.start
+    env["MMPROF_RECORD_MODULES"] = "1" if opts.modules else "0"
     for key, val in (("MMPROF_RECORD_STEPS", opts.steps), ("MMPROF_RECORD_SKIP", opts.skip if opts.steps else None),
                      ("MMPROF_RECORD_FLUSH_EVERY", opts.flush_every)):
         if val is None:

@@ -53,6 +53,7 @@ else:  # loaded by path from the record hook, in a process that may not have mmp
     torch_hooks, tracefiles = _load_sibling("torch_hooks"), _load_sibling("tracefiles")
 install_hooks, remove_session, reset_after_fork = (torch_hooks.install_hooks, torch_hooks.remove_session,
                                                    torch_hooks.reset_after_fork)
+install_module_hooks = torch_hooks.install_module_hooks
 combine_traces = tracefiles.combine_traces
 
 # Default names of the annotations that delimit a step (fnmatch patterns): the reference runtime's labels,

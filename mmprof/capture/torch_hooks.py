@@ -137,3 +137,76 @@ def _log_once(msg: str) -> None:
         sys.stderr.write(f"[mmprof] {msg}\n")
     except Exception:
         pass
+
+
+# -- nn.Module ranges: every module call becomes a profiler range named by the module's path ---------------------
+_MODULE_NAMES: Any = None   # WeakKeyDictionary module -> range name, filled per root module on its first call
+_MODULE_TLS = threading.local()
+_module_handles: list = []
+
+
+def _module_name(module) -> str:
+    """`model.layers.12.mlp.shared_experts (MiniMaxM3VLDenseMLP)`: the module's path from its root (the outermost
+    module called), then its class. The root itself is named by its class."""
+    name = _MODULE_NAMES.get(module)
+    if name is None:
+        root = type(module).__name__
+        try:
+            for path, sub in module.named_modules():
+                _MODULE_NAMES[sub] = f"{path} ({type(sub).__name__})" if path else root
+        except Exception:  # a module whose children cannot be listed: name it alone
+            _MODULE_NAMES[module] = root
+        name = _MODULE_NAMES.get(module, root)
+    return name
+
+
+def install_module_hooks() -> None:
+    """Open a torch.profiler range around every nn.Module forward (global forward pre/post hooks), named by the
+    module's path and class, while a profiler runs; outside a capture the hooks return at once.
+
+    Ranges opened while a CUDA / HIP graph is captured are recorded with that capture (they are CPU-side
+    ranges; replays run kernels only), so the graph-replay attribution can use them."""
+    global _MODULE_NAMES
+    if _module_handles:
+        return
+    import weakref
+
+    import torch
+    from torch.autograd import profiler as ap
+    from torch.nn.modules import module as nn_module
+
+    _MODULE_NAMES = weakref.WeakKeyDictionary()
+    enabled = torch._C._autograd._profiler_enabled
+    RF = ap.record_function
+
+    def pre(module, args):
+        if not enabled():
+            return None
+        try:
+            rf = RF(_module_name(module))
+            rf.__enter__()
+            stack = getattr(_MODULE_TLS, "stack", None)
+            if stack is None:
+                stack = _MODULE_TLS.stack = []
+            stack.append((module, rf))
+        except Exception as e:  # a capture problem must never break the program
+            _log_once(f"module range not opened: {e!r}")
+        return None
+
+    def post(module, args, output):
+        stack = getattr(_MODULE_TLS, "stack", None)
+        if stack and stack[-1][0] is module:
+            _, rf = stack.pop()
+            try:
+                rf.__exit__(None, None, None)
+            except Exception as e:
+                _log_once(f"module range not closed: {e!r}")
+        return None
+
+    _module_handles.append(nn_module.register_module_forward_pre_hook(pre))
+    _module_handles.append(nn_module.register_module_forward_hook(post, always_call=True))
+
+
+def remove_module_hooks() -> None:
+    while _module_handles:
+        _module_handles.pop().remove()

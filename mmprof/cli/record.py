@@ -25,6 +25,9 @@ from mmprof.render.text.record import render_record
               help="Write each process's trace every N steps, so a process that dies keeps all but its last N.")
 @click.option("--light", is_flag=True, help="Light capture: shapes for the first step only (launch-bound runs).")
 @click.option("--cpu-only", is_flag=True, help="Capture CPU ops and annotations only, no GPU activity.")
+@click.option("--no-modules", is_flag=True,
+              help="No range per nn.Module call (by default each is named by the module's path, e.g. "
+                   "`model.layers.12.mlp.shared_experts`, so any model's layers and regions are known).")
 @click.option("--start", type=click.Choice(["auto", "import", "gpu"]), default="auto", show_default=True,
               help="When each process starts capturing: at `import torch`, or when it first initialises the GPU "
                    "(auto: gpu on GPU builds of torch, import otherwise).")
@@ -34,7 +37,8 @@ from mmprof.render.text.record import render_record
 @click.option("--json", "as_json", is_flag=True, help="Print the record result as JSON on stdout at the end.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def record(ctx, out, backend, steps, skip, markers, flush_every, light, cpu_only, start, trace_dir, grace, as_json, cmd):
+def record(ctx, out, backend, steps, skip, markers, flush_every, light, cpu_only, no_modules, start, trace_dir, grace,
+           as_json, cmd):
     """Run CMD unchanged and capture every Python process it starts (torchrun ranks, spawn workers).
 
     Its output and exit code pass through; the per-rank traces are merged into one Profile at OUT, and
@@ -46,7 +50,7 @@ def record(ctx, out, backend, steps, skip, markers, flush_every, light, cpu_only
     opts = RecordOptions(mode="light" if light else "full", steps=steps, skip=skip,
                          step_markers=tuple(markers) or DEFAULT_STEP_MARKERS,
                          activities="cpu" if cpu_only else "auto", start=start, grace_s=grace,
-                         flush_every=flush_every)
+                         flush_every=flush_every, modules=not no_modules)
     # a failure raises an MmprofError: the command (if it ran) already printed its output; main() prints one line
     result, _profile = do_record(list(cmd), out, backend=backend, opts=opts, trace_dir=trace_dir)
     render_record(result, console(stderr=True))

@@ -173,6 +173,8 @@ def _on_torch() -> None:
         )
         _state["session"] = session
         mod.install_hooks(session)
+        if os.environ.get("MMPROF_RECORD_MODULES", "1") != "0":
+            mod.install_module_hooks()
         _install_exit_handlers(session)
         start = os.environ.get("MMPROF_RECORD_START", "auto")
         import torch
