@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mmprof.errors import BadInput, UnsupportedFormat
 from mmprof.fileio import head_bytes
+from mmprof.importers.graphs import attribute_replays
 from mmprof.profiles.model import Profile, merge_profiles
 from mmprof.units import fmt_ranges
 
@@ -137,8 +138,11 @@ def _looks_like_trace(f: Path) -> bool:
 
 
 def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: str | None = None,
-                 check_ranks: bool = True) -> Profile:
+                 check_ranks: bool = True, graph_ref: Profile | None = None) -> Profile:
     """Import files and directories into one Profile (several files become one multi-rank profile).
+
+    Traces get their CUDA / HIP graph replays marked and attributed (`mmprof.importers.graphs`); `graph_ref` is
+    a profile of the same work run eagerly, used for replays nothing in the trace itself explains.
 
     check_ranks: warn when the run's world size names ranks the inputs do not hold (callers that import one
     rank at a time and report missing ranks themselves, like `mmprof record`, pass False)."""
@@ -164,7 +168,9 @@ def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: s
             profiles.extend(module.load_profile(f) for f in group)
             kinds.extend(f"profile {f}" for f in group)
         else:
-            profiles.append(module.load(group, rank=rank))
+            prof = module.load(group, rank=rank)
+            attribute_replays(prof, ref=graph_ref)
+            profiles.append(prof)
             kinds.append(kind)
     if len(profiles) > 1:
         _check_rank_collisions(profiles, kinds)

@@ -32,7 +32,7 @@ from mmprof.labels import rank_from_name, rank_from_text
 from mmprof.profiles.model import Profile, ProfileBuilder
 
 _VSUFFIX = re.compile(r"_v\d+$")
-_LAUNCH_API = re.compile(r"(Launch|Memcpy|Memset|GraphLaunch)", re.IGNORECASE)
+_LAUNCH_API = re.compile(r"(Launch|Memcpy|Memset|GraphLaunch|StreamBeginCapture|StreamEndCapture)", re.IGNORECASE)
 _MASK = 0xFFFFFF
 _COPY_KIND = {0: None, 1: "HtoD", 2: "DtoH", 3: "HtoD", 4: "DtoH", 5: "DtoD", 6: "DtoD", 7: "DtoD", 8: "DtoD",
               9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}

@@ -38,7 +38,7 @@ from mmprof.labels import rank_from_name
 from mmprof.profiles.model import Profile, ProfileBuilder
 
 _UUID_SUFFIX = r"_[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12}"
-_LAUNCH_API = re.compile(r"^(hip|hipExt|hipModule|hipHcc|hipGraph|cuda|cu)\w*(Launch|Memcpy|Memset)", re.IGNORECASE)
+_LAUNCH_API = re.compile(r"^(hip|hipExt|hipModule|hipHcc|hipGraph|cuda|cu)\w*(Launch|Memcpy|Memset|StreamBeginCapture|StreamEndCapture)", re.IGNORECASE)
 
 
 def _connect(path: Path) -> sqlite3.Connection:

@@ -38,7 +38,7 @@ _KIND_TOKEN = re.compile(
     r"memory_allocation_trace|memory_allocation|scratch_memory_trace|scratch_memory|counter_collection|"
     r"rocdecode_api_trace|rocjpeg_api_trace|kernel_stats|hip_stats|hsa_stats|memory_copy_stats|marker_api_stats|"
     r"domain_stats|rccl_stats)")
-_LAUNCH_API = re.compile(r"(Launch|Memcpy|Memset)", re.IGNORECASE)
+_LAUNCH_API = re.compile(r"(Launch|Memcpy|Memset|StreamBeginCapture|StreamEndCapture)", re.IGNORECASE)
 _AGENT_NUM = re.compile(r"(-?\d+)\s*$")
 
 

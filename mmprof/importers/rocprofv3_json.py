@@ -34,7 +34,7 @@ from mmprof.importers._timeline import (
 from mmprof.labels import rank_from_name
 from mmprof.profiles.model import Profile, ProfileBuilder
 
-_LAUNCH_API = re.compile(r"(Launch|Memcpy|Memset)", re.IGNORECASE)
+_LAUNCH_API = re.compile(r"(Launch|Memcpy|Memset|StreamBeginCapture|StreamEndCapture)", re.IGNORECASE)
 
 
 def _parse(path: Path) -> dict[str, Any]:

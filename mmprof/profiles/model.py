@@ -188,6 +188,8 @@ class ProfileBuilder:
             for c, ctype, _ in cols:
                 vals = self.cols[t][c]
                 kind = column_kind(ctype)
+                if n and len(vals) == 0:  # a column this importer does not fill: null
+                    vals = _empty_column(kind, n)
                 if len(vals) != n:
                     raise SchemaError(f"builder table {t!r}: column {c!r} has {len(vals)} rows, expected {n}")
                 out[c] = np.asarray(vals, dtype=_NP_DTYPE[kind]) if n else _empty_column(kind)

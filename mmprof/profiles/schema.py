@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FORMAT_NAME = "mmprof-profile"
 
 # table -> [(column, type, description)]
@@ -34,11 +34,19 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("block_z", "int", "block size (z)"),
         ("correlation", "int", "correlation id shared with its launch"),
         ("launch", "ref:launches", "the runtime API call that launched it"),
-        ("op", "ref:ops", "the innermost CPU op that issued the launch (carries input shapes)"),
+        ("op", "ref:ops", "the innermost CPU op that issued the launch (carries input shapes); for a kernel "
+                          "replayed from a CUDA/HIP graph, the op that issued it at capture or in an eager run of "
+                          "the same work (see op_source)"),
         ("scope", "str", "innermost user annotation / NVTX / roctx range around the launch"),
         ("scope_path", "str", "all enclosing annotations, outermost first, joined by ' > '"),
         ("phase", "str", "prefill, decode, or null when unknown"),
         ("step", "int", "step (iteration) number when known"),
+        ("graph", "ref:launches", "the graph launch (cudaGraphLaunch / hipGraphLaunch) that replayed it; -1 for "
+                                  "kernels launched one by one"),
+        ("op_source", "str", "how `op` was found: launch (the launching call's op), capture (the op that issued "
+                             "it while the graph was captured), eager (the same kernel sequence run eagerly in "
+                             "this profile), ref (the same sequence in a reference profile; the op is a copy), "
+                             "or null (no op)"),
     ],
     "ops": [
         ("rank", "int", "global rank"),
@@ -76,10 +84,12 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("name", "str", "the tool's name for the event"),
         ("correlation", "int", "correlation id"),
         ("launch", "ref:launches", "the API call that issued it"),
-        ("op", "ref:ops", "innermost CPU op around the call"),
+        ("op", "ref:ops", "innermost CPU op around the call (for graph replays see kernels.op)"),
         ("scope", "str", "innermost user annotation"),
         ("phase", "str", "prefill, decode, or null"),
         ("step", "int", "step number when known"),
+        ("graph", "ref:launches", "the graph launch that replayed it; -1 when issued on its own"),
+        ("op_source", "str", "how `op` was found (as kernels.op_source)"),
     ],
     "collectives": [
         ("rank", "int", "global rank"),
@@ -252,5 +262,11 @@ def json_schema() -> dict[str, Any]:
     }
 
 
-# version -> function(doc) -> doc of version + 1. Empty until schema 2 exists.
-MIGRATIONS: dict[int, Any] = {}
+def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 adds kernels/memcpy `graph` and `op_source`. A version-1 file predates graph-replay marking:
+    its columns are absent and read as null (graph -1: not known to be a replay; op_source null: not recorded)."""
+    return doc
+
+
+# version -> function(doc) -> doc of version + 1
+MIGRATIONS: dict[int, Any] = {1: _v1_to_v2}
