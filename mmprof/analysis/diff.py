@@ -34,6 +34,7 @@ from mmprof.analysis.timeline import (
 )
 from mmprof.errors import NoEvidence
 from mmprof.labels import is_marker, module_event
+from mmprof.names import display_name
 from mmprof.units import fmt_ns
 
 NOUNS = {"compute_bound": "compute", "memory_bound": "memory bandwidth", "unattributed": "unattributed compute",
@@ -98,7 +99,7 @@ class VariantTime:
     minor: bool = False       # under MINOR_SHARE of its side's event time
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "example_display_name": display_name(self.example)}
 
 
 @dataclass
@@ -206,7 +207,8 @@ class DiffResult:
 
 
 def _short(s: str, n: int = 60) -> str:
-    return s if len(s) <= n else s[: n - 3] + "..."
+    """A variant for a summary line: its display name (a raw kernel name when no rule names a variant)."""
+    return display_name(s, n)
 
 
 @dataclass

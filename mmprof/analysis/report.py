@@ -31,6 +31,7 @@ from mmprof.analysis.timeline import (
     timeline,
 )
 from mmprof.errors import MmprofError, NoEvidence
+from mmprof.names import display_name
 
 TOP_KERNELS = 10
 
@@ -48,6 +49,10 @@ class KernelRow:
     tflops: float | None          # achieved TFLOP/s
     tbs: float | None             # achieved TB/s
     intensity: float | None = None  # FLOP per byte of the ops' shapes
+    display_name: str = ""          # mmprof.names.display_name: derived on load, never stored
+
+    def __post_init__(self) -> None:
+        self.display_name = self.display_name or display_name(self.name)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
