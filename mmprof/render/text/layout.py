@@ -99,6 +99,36 @@ def wrap_fold(s: str, width: int) -> str:
     return "\n".join(out)
 
 
+def _longest_piece(s: str, cap: int = 30) -> int:
+    """The longest run of `s` between break points (spaces included): the narrowest width that folds `s` without a
+    cut, capped (a longer unbreakable run is cut rather than widening the column without bound)."""
+    pieces = re.split(r"(?<=::)|(?<=[<(\[,/ _.-])|(?=[>)\]])", s)
+    return min(max((cell_len(p.strip()) for p in pieces), default=0), cap)
+
+
+def _fold_styled(t: Text, width: int) -> Text:
+    """`wrap_fold` of a styled Text, keeping each character's style (folding only moves whitespace)."""
+    plain = t.plain
+    folded = wrap_fold(plain, width)
+    if not t.spans:
+        return Text(folded, style=t.style)
+    styles: list[list] = [[] for _ in plain]
+    for sp in t.spans:
+        for k in range(sp.start, min(sp.end, len(plain))):
+            styles[k].append(sp.style)
+    out, i = Text(style=t.style), 0
+    for ch in folded:
+        if ch in " \n":
+            out.append(ch)
+            continue
+        while i < len(plain) and plain[i] != ch:
+            i += 1
+        st = styles[i] if i < len(plain) else []
+        out.append(ch, style=" ".join(str(x) for x in st) if st else None)
+        i += 1
+    return out
+
+
 def fit_name(raw: str, width: int, lines: int = 2) -> str:
     """A kernel / op name for a cell `width` wide: its display name (visible escapes) at up to `lines` times the
     width, so that a narrow column keeps the template arguments that tell variants apart, folded at break
@@ -137,9 +167,11 @@ def fit_table(con: Console, cols: Sequence[Col], rows: Sequence[Sequence[object]
             nat.append(min(full, c.max) if c.max else full)
             low.append(min(nat[-1], max(c.min, _longest_word(head))))
         elif c.fold:
-            full = max([_natural(head)] + [_natural(Text(visible(n))) for n in names[j]])
+            texts = [x.plain if isinstance(x, Text) else visible(n) for x, n in zip((r[j] for r in raw), names[j])]
+            full = max([_natural(head)] + [_natural(Text(x)) for x in texts])
             nat.append(min(full, c.max) if c.max else full)
-            low.append(min(nat[-1], max(c.min, _longest_word(head))))
+            unbreakable = max((_longest_piece(x) for x in texts), default=0)
+            low.append(min(nat[-1], max(c.min, _longest_word(head), unbreakable)))
         else:
             col = [head] + [r[j] for r in cells]
             nat.append(max(_natural(t) for t in col))
@@ -179,8 +211,8 @@ def fit_table(con: Console, cols: Sequence[Col], rows: Sequence[Sequence[object]
             x = raw[i][j]
             if cols[j].name and not isinstance(x, Text):
                 out.append(Text(fit_name(names[j][i], w[j])))
-            elif cols[j].fold and not isinstance(x, Text):
-                out.append(Text(wrap_fold(visible(names[j][i]), w[j])))
+            elif cols[j].fold:
+                out.append(_fold_styled(x, w[j]) if isinstance(x, Text) else Text(wrap_fold(visible(names[j][i]), w[j])))
             else:
                 out.append(r[j])
         t.add_row(*out, end_section=i in sections)
