@@ -370,19 +370,31 @@ def trace_chunks(profile, full_names: str = "auto", progress: Progress | None = 
     if len(ev):
         seg = category_segments(ev)
         out = []
-        prev: dict[int, str] = {}
+        prev: dict[int, tuple[str, float]] = {}  # rank -> (label of its current category, when it ends)
+
+        def close(r: int) -> None:
+            lab, end = prev.pop(r)
+            out.append({"ph": "C", "name": COUNTER, "pid": r + 1, "ts": end, "args": {lab: 0}})
+
         for r, s, e, c in zip(seg["rank"].tolist(), _us(seg["start_ns"].to_numpy(), t0),
                               _us(seg["end_ns"].to_numpy(), t0), seg["category"].tolist()):
-            pid, lab = r + 1, f"{LABELS[c]}"
-            if prev.get(r) is None:  # every series starts at 0 at the rank's first event
-                out += [{"ph": "C", "name": COUNTER, "pid": pid, "ts": s, "args": {LABELS[k]: 0}} for k in LABELS]
-            out.append({"ph": "C", "name": COUNTER, "pid": pid, "ts": s, "args": {lab: 1}})
-            out.append({"ph": "C", "name": COUNTER, "pid": pid, "ts": e, "args": {lab: 0}})
-            prev[r] = c
+            lab = LABELS[c]
+            args = {lab: 1}
+            if r not in prev:  # every series starts at 0 at the rank's first event
+                args = {**{LABELS[k]: 0 for k in LABELS}, lab: 1}
+            elif prev[r][1] == s:  # the previous category ends where this one starts: one point for both
+                args = {prev[r][0]: 0, lab: 1}
+                prev.pop(r)
+            else:
+                close(r)
+            out.append({"ph": "C", "name": COUNTER, "pid": r + 1, "ts": s, "args": args})
+            prev[r] = (lab, e)
             if len(out) >= CHUNK:
                 st["counters"] += len(out)
                 yield piece(out)
                 out = []
+        for r in list(prev):
+            close(r)
         st["counters"] += len(out)
         yield piece(out)
     yield b"\n]}\n"
