@@ -59,7 +59,8 @@ def _available(name: str) -> bool:
 def cli(ctx: click.Context, debug: bool) -> None:
     """mmprof: profile and verify LLM inference runs of MiniMax M3 (and MoE + sparse-attention models).
 
-    Exit codes: 0 all good, 1 a check found violations, 2 bad usage, bad input or no evidence.
+    Exit codes: 0 all good, 1 a gate found violations (verify-fastpath, shapes --check, report --check),
+    2 bad usage, bad input or no evidence.
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
