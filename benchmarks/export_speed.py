@@ -6,7 +6,7 @@ character mangled CUTLASS kernel and two at::native names), saves it, then in fr
 PROFILE -o trace.json.gz --json` (wall time and peak RSS) and Python's `json.load` of the trace (wall time, peak
 RSS, event count), the check that the trace parses in reasonable time and memory. Prints one JSON line.
 
-    python benchmarks/export_speed.py [--kernels 1000000] [--keep DIR]
+    python benchmarks/export_speed.py [--kernels 1000000] [--no-cpu] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernels", type=int, default=1_000_000)
     ap.add_argument("--keep", help="write the profile and the trace here and keep them")
+    ap.add_argument("--no-cpu", action="store_true", help="export with --no-cpu (device tracks and counters only)")
     ap.add_argument("--child-load", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_load:
@@ -77,7 +78,7 @@ def main() -> None:
     path = save_profile(prof, tmp / "profile.json.gz")
     trace = tmp / "trace.json.gz"
     export_s, export_rss, out = _timed([sys.executable, "-m", "mmprof", "export", str(path), "-o", str(trace),
-                                        "--json"])
+                                        "--json"] + (["--no-cpu"] if args.no_cpu else []))
     stats = json.loads(out)
     load_wall, _, out = _timed([sys.executable, str(Path(__file__).resolve()), "--child-load", str(trace)])
     loaded = json.loads(out)
@@ -88,7 +89,7 @@ def main() -> None:
     print(json.dumps({
         "benchmark": "export_speed", "kernels": int(prof.n("kernels")), "ops": int(prof.n("ops")),
         "launches": int(prof.n("launches")), "trace_events": stats["events"], "flows": stats["flows"],
-        "counter_points": stats["counters"], "full_names": stats["full_names"],
+        "counter_points": stats["counters"], "full_names": stats["full_names"], "no_cpu": args.no_cpu,
         "export_cli_s": round(export_s, 1), "export_in_cli_s": round(stats["seconds"], 1),
         "export_max_rss_mb": export_rss, "trace_gz_mb": round(stats["bytes"] / 2**20, 1),
         "trace_raw_mb": round(raw / 2**20, 1), "json_load_s": loaded["load_s"],

@@ -168,3 +168,15 @@ def test_export_of_nothing_is_no_evidence(tmp_path, capsys):
         main(["export", str(p), "-o", str(tmp_path / "t.json")])
     assert e.value.code == 2 and "nothing to put on a timeline" in capsys.readouterr().err
     assert not (tmp_path / "t.json").exists()
+
+
+def test_no_cpu_keeps_device_tracks_and_counters(tmp_path):
+    prof = load_profile(H200)
+    full = export_trace(prof, tmp_path / "all.json")
+    lean = export_trace(prof, tmp_path / "lean.json", cpu=False)
+    by = validate(json.loads((tmp_path / "lean.json").read_text()))
+    assert lean.device_events == full.device_events and lean.counters == full.counters
+    assert lean.ops == lean.launches == lean.flows == 0 and not by["s"] and not by["f"]
+    assert not any(e["cat"] in ("op", "launch") for e in by["X"]) and lean.bytes < 0.7 * full.bytes
+    cpu = export_trace(load_profile(CPU_TP), tmp_path / "cpu.json", cpu=False)  # a CPU run keeps its compute ops
+    assert cpu.ops == cpu.device_events > 0

@@ -17,8 +17,11 @@ from mmprof.render.text.progress import progress_bar
 @click.option("--full-names", type=click.Choice(["auto", "every", "first"]), default="auto", show_default=True,
               help="Which kernel slices carry the full (often 1,000-character) name: every one, or the first of each "
                    "name per rank (auto: every one up to 200,000 device events).")
+@click.option("--no-cpu", is_flag=True,
+              help="Leave out CPU ops, launch calls (and their arrows) and CPU-side scopes: device tracks and counters "
+                   "only, about half the size (for profiles of a million kernels or more).")
 @json_option
-def export(profile: str, output: str, full_names: str, as_json: bool) -> None:
+def export(profile: str, output: str, full_names: str, no_cpu: bool, as_json: bool) -> None:
     """Write PROFILE (a saved Profile or raw traces) as a Chrome trace / Perfetto JSON timeline.
 
     \b
@@ -30,7 +33,7 @@ def export(profile: str, output: str, full_names: str, as_json: bool) -> None:
     """
     prof = load_any(profile)
     with progress_bar(not as_json) as cb:
-        stats = export_trace(prof, output, full_names=full_names, progress=cb)
+        stats = export_trace(prof, output, full_names=full_names, progress=cb, cpu=not no_cpu)
     if as_json:
         echo_json(stats.to_dict())
         return

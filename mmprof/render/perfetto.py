@@ -212,8 +212,10 @@ def _dumps(events: list[dict]) -> bytes:
 
 
 def trace_chunks(profile, full_names: str = "auto", progress: Progress | None = None,
-                 stats: dict | None = None) -> Iterator[bytes]:
-    """The trace document as byte pieces (see the module docstring); `stats` receives the counts."""
+                 stats: dict | None = None, cpu: bool = True) -> Iterator[bytes]:
+    """The trace document as byte pieces (see the module docstring); `stats` receives the counts. `cpu=False`
+    leaves out CPU ops, launch calls (and so the arrows) and CPU-side scopes: device tracks and counters only (on
+    a CPU run, the outermost compute ops stay), about half the size for very large profiles."""
     if full_names not in ("auto", "every", "first"):
         raise BadInput(f"full_names must be auto, every or first, not {full_names!r}")
     ev = events_of(profile)
@@ -236,7 +238,7 @@ def trace_chunks(profile, full_names: str = "auto", progress: Progress | None = 
             progress(stage, done, total)
 
     meta = {"mmprof": {"version": __version__, "source": p.meta.get("source", {}).get("format"),
-                       "device_events": ev.source, "t0_ns": t0, "full_names": policy,
+                       "device_events": ev.source, "t0_ns": t0, "full_names": policy, "cpu_tracks": cpu,
                        "counters": f"'{COUNTER} <category>' is 1 while the category holds the rank "
                                    "(mmprof.analysis.timeline)"}}
     yield (b'{"displayTimeUnit":"ns","metadata":' + orjson.dumps(meta) + b',"traceEvents":[\n')
@@ -296,11 +298,11 @@ def trace_chunks(profile, full_names: str = "auto", progress: Progress | None = 
         st["device_events"] = len(frame_args)
     # CPU ops
     O = T["ops"]
-    if p.n("ops"):
+    op_rows = np.arange(p.n("ops")) if cpu else np.array(sorted(frame_args), dtype=np.int64)
+    if len(op_rows):
         tids = tracks.cpu_tids(O["rank"], O["tid"])
-        for lo in range(0, p.n("ops"), CHUNK):
-            hi = min(lo + CHUNK, p.n("ops"))
-            r = np.arange(lo, hi)
+        for lo in range(0, len(op_rows), CHUNK):
+            r = op_rows[lo:lo + CHUNK]
             ts, dur = _us(O["start_ns"][r], t0), np.round(np.maximum(O["dur_ns"][r], 0) / 1000.0, 3).tolist()
             out = []
             for i, row in enumerate(r.tolist()):
@@ -320,7 +322,7 @@ def trace_chunks(profile, full_names: str = "auto", progress: Progress | None = 
             yield piece(out)
     # launch calls with their flow arrows to the kernels and copies they launched
     L = T["launches"]
-    if p.n("launches"):
+    if p.n("launches") and cpu:
         tids = tracks.cpu_tids(L["rank"], L["tid"])
         ts_all = _us(L["start_ns"], t0)
         dur_all = np.round(np.maximum(L["dur_ns"], 0) / 1000.0, 3).tolist()
@@ -345,13 +347,15 @@ def trace_chunks(profile, full_names: str = "auto", progress: Progress | None = 
         st["flows"] = flow_id
     # scopes: annotations and module frames on their CPU thread (GPU-side ranges on their stream)
     S = T["scopes"]
-    if p.n("scopes"):
-        gpu = (S["stream"] >= 0) & (S["tid"] < 0)
+    gpu = (S["stream"] >= 0) & (S["tid"] < 0)
+    if p.n("scopes") and (cpu or gpu.any()):
         ts_all, dur_all = _us(S["start_ns"], t0), np.round(np.maximum(S["dur_ns"], 0) / 1000.0, 3).tolist()
         src = {i: p.string(int(i)) for i in np.unique(S["source"]).tolist()}
         for lo in range(0, p.n("scopes"), CHUNK):
             out = []
             for row in range(lo, min(lo + CHUNK, p.n("scopes"))):
+                if not cpu and not gpu[row]:
+                    continue
                 r = int(S["rank"][row])
                 tid = (tracks.gpu[(r, int(S["device"][row]), int(S["stream"][row]))] if gpu[row]
                        else tracks.cpu[(r, int(S["tid"][row]))])
@@ -429,7 +433,7 @@ def _launch_targets(p, tracks: _Tracks, t0: int) -> dict[int, list[tuple[int, in
 
 
 def export_trace(profile, path: str | os.PathLike, full_names: str = "auto",
-                 progress: Progress | None = None) -> ExportStats:
+                 progress: Progress | None = None, cpu: bool = True) -> ExportStats:
     """Write the trace of `profile` to `path` (gzip when it ends in `.gz`), atomically; see the module docstring."""
     t = time.perf_counter()
     out = Path(path)
@@ -440,7 +444,7 @@ def export_trace(profile, path: str | os.PathLike, full_names: str = "auto",
         with os.fdopen(fd, "wb") as raw:
             f = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=4, mtime=0) if out.suffix == ".gz" else raw
             try:
-                for chunk in trace_chunks(profile, full_names, progress, stats):
+                for chunk in trace_chunks(profile, full_names, progress, stats, cpu):
                     f.write(chunk)
             finally:
                 if f is not raw:
