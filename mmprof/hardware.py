@@ -172,12 +172,12 @@ def _measured_rule(peak: Peak, device: dict[str, Any], ranks: int) -> tuple[Peak
     if not cpu:
         return peak, None
     contended = ranks > 1
-    note = ("CPU roofline from peaks measured before mmprof measured per cache level"
-            + (" and one rank at a time: the ranks measured their peaks while the others ran, so compute-bound ops"
-               " get a bound but no efficiency;" if contended else ":")
-            + f" memory-bound ops moving under {LEGACY_COPY_BYTES / 2**20:.0f} MiB ran from cache, which the "
-              "measured DRAM bandwidth does not bound, so they get a bound but no efficiency (re-record with "
-              "`mmprof run` for cache-level and uncontended peaks)")
+    note = ("CPU peaks from an older mmprof run, bounds kept: no efficiency for "
+            + ("compute-bound ops (the ranks measured their peaks while the others ran), nor for " if contended
+               else "")
+            + f"memory-bound ops moving under {LEGACY_COPY_BYTES / 2**20:.0f} MiB (they ran from cache, which the "
+              "measured DRAM bandwidth does not bound); `mmprof run` now measures per cache level, one rank at a "
+              "time")
     return replace(peak, min_mem_bytes=float(LEGACY_COPY_BYTES), compute_eff=not contended), note
 
 

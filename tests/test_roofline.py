@@ -211,6 +211,7 @@ def test_legacy_cpu_peaks_keep_bounds_but_drop_unsupported_efficiencies():
     assert (two.roof.bound >= 0).all()
     assert all(x != x for x in two.roof.efficiency[two.roof.bound == 0])  # measured under contention: none
     assert any("while the others ran" in n for n in two.notes)
+    assert not any("while the others ran" in n for n in one.notes)
 
 
 def test_committed_examples_have_no_efficiency_over_150_percent():

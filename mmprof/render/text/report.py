@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.padding import Padding
 from rich.text import Text
 
 from mmprof.analysis.timeline import CATEGORIES, LABELS
-from mmprof.render.safe import markup
+from mmprof.render.safe import cell, markup
 from mmprof.render.text.layout import Col, fit_table
 from mmprof.units import fmt_ns, fmt_pct, fmt_si
 
@@ -36,7 +37,8 @@ def render_report(report, console) -> None:
         st = ph.step
         console.print(f"  step time {fmt_ns(st.median_ns)} (median of {st.steps}; {markup(st.method)})")
         _breakdown(console, ph, [p for p in report.per_rank if p.phase == ph.phase])
-        cols = [Col("kernel", name=True, keep=10, min=22), Col("family", keep=7), Col("calls", "right", keep=4),
+        cols = [Col("kernel" if report.source == "kernels" else "op", name=True, keep=10, min=22), Col("family", keep=7),
+                Col("calls", "right", keep=4),
                 Col("time", "right", keep=9), Col("share", "right", keep=8), Col("bound, % of peak", keep=6, wrap=True),
                 Col("FLOP/B", "right", keep=1), Col("FLOP/s", "right", keep=2), Col("B/s", "right", keep=2)]
         rows = [[r.name, r.family, f"{r.count:,}", fmt_ns(r.time_ns), fmt_pct(r.share),
@@ -94,7 +96,7 @@ def render_diff(d, console) -> None:
     if d.path_changes:
         console.print("[bold]path changes[/bold] (kernel variants that vanished / appeared, per region):")
         for p in d.path_changes[:TOP_ROWS]:
-            console.print(f"  {markup(p.summary)}")
+            console.print(Padding(cell(p.summary), (0, 0, 0, 2)))  # wrapped lines keep the indent
         if len(d.path_changes) > TOP_ROWS:
             console.print(f"  ... {len(d.path_changes) - TOP_ROWS} more (see --json)")
     else:
