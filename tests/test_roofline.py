@@ -7,8 +7,20 @@ import math
 import numpy as np
 import pytest
 
-from mmprof.analysis.flops import attention_cost, cost_from_text, op_cost, op_family, sparse_attention_cost
-from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BOUND_UNKNOWN, event_roofline, summarise_bounds
+from mmprof.analysis.flops import (
+    attention_cost,
+    cost_from_text,
+    op_cost,
+    op_family,
+    sparse_attention_cost,
+)
+from mmprof.analysis.roofline import (
+    BOUND_COMPUTE,
+    BOUND_MEMORY,
+    BOUND_UNKNOWN,
+    event_roofline,
+    summarise_bounds,
+)
 from mmprof.hardware import PEAKS, lookup, normalise
 from tests.diff_fixtures import BF16, BIG, SKINNY, Synth
 

@@ -38,7 +38,12 @@ import numpy as np
 import orjson
 
 from mmprof._version import __version__
-from mmprof.analysis.events import TABLE_KERNELS, TABLE_MEMCPY, TABLE_OPS, EventFrame, events_of
+from mmprof.analysis.events import (
+    TABLE_KERNELS,
+    TABLE_MEMCPY,
+    EventFrame,
+    events_of,
+)
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY
 from mmprof.analysis.timeline import LABELS, category_segments
 from mmprof.errors import BadInput, NoEvidence
