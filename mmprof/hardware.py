@@ -10,6 +10,14 @@ An unknown device gives `None` plus a warning, never a guess (nanochat's rule: a
 A CPU gets no entry here: CPU peaks depend on the core count, clocks and ISA of the machine, so a CPU-run profile
 only gets a roofline when its metadata carries measured peaks (case 1).
 
+Measured CPU peaks (`mmprof run` on a CPU, `mmprof.capture.runtime_run.measure_cpu_peaks`) are per dtype and for
+the rank's thread count, taken one rank at a time (`alone`), with the copy bandwidth at several working-set sizes
+(`mem_levels`: a working set that fits a cache is bounded by that cache's bandwidth, not DRAM's). Profiles written
+before that carry one DRAM bandwidth and, with several ranks, peaks every rank measured while the others ran; the
+read-time rule (`profile_peaks`) keeps their bounds but drops the efficiencies those figures cannot support:
+memory-bound working sets smaller than the copy the bandwidth was measured with (they ran from cache), and, for a
+multi-rank run, every compute efficiency (the peak was measured under contention). docs/report.md explains it.
+
 All figures are dense (no structured sparsity), vendor spec sheets unless noted.
 """
 
@@ -17,8 +25,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,24 @@ class Peak:
     fp32_tflops: float | None
     hbm_tbs: float | None
     source: str
+    # measured CPU peaks only (see the module docstring):
+    mem_levels: tuple[tuple[float, float], ...] = ()  # (bytes moved per copy, TB/s), smallest first
+    min_mem_bytes: float = 0.0     # memory-bound events moving fewer bytes get a bound but no efficiency
+    compute_eff: bool = True       # False: compute-bound events get a bound but no efficiency
+    threads: int | None = None     # torch threads the peaks were measured with
+
+    def mem_bytes_per_s(self, moved: np.ndarray) -> np.ndarray:
+        """The bandwidth roof for events moving `moved` bytes: the fastest measured level whose copy moved at least
+        as much (data that fits a cache streams at that cache's rate); DRAM (`hbm_tbs`) beyond the largest."""
+        out = np.full(len(moved), np.nan if self.hbm_tbs is None else self.hbm_tbs * 1e12)
+        if self.mem_levels:
+            sizes = np.array([b for b, _ in self.mem_levels], dtype=np.float64)
+            rates = np.array([t for _, t in self.mem_levels], dtype=np.float64) * 1e12
+            best_from = np.maximum.accumulate(rates[::-1])[::-1]  # best rate among levels >= each size
+            k = np.searchsorted(sizes, np.nan_to_num(moved, nan=np.inf), side="left")
+            inside = k < len(sizes)
+            out[inside] = best_from[k[inside]]
+        return out
 
     def flops_per_s(self, dtype_class: str) -> float | None:
         """Peak FLOP/s for a dtype class ('bf16' covers fp16, 'fp8', 'fp32'); None when unknown."""
@@ -117,10 +145,40 @@ def _measured(d: dict[str, Any]) -> Peak | None:
 
     if num("hbm_tbs") is None and num("mem_tbs") is None:
         return None
+    levels = []
+    for lv in peaks.get("mem_levels") or []:
+        if (isinstance(lv, (list, tuple)) and len(lv) == 2 and all(isinstance(x, (int, float)) for x in lv)
+                and lv[0] > 0 and lv[1] > 0):
+            levels.append((float(lv[0]), float(lv[1])))
+    threads = peaks.get("threads")
     return Peak(key="measured", name=str(d.get("name") or "device"), bf16_tflops=num("bf16_tflops"),
                 fp8_tflops=num("fp8_tflops"), fp32_tflops=num("fp32_tflops"),
                 hbm_tbs=num("hbm_tbs") or num("mem_tbs"),
-                source=str(peaks.get("source") or "measured by the run (profile metadata)"))
+                source=str(peaks.get("source") or "measured by the run (profile metadata)"),
+                mem_levels=tuple(sorted(levels)), threads=threads if isinstance(threads, int) else None)
+
+
+# What the copy of a measurement without `mem_levels` moved: `mmprof run` before per-level bandwidths copied
+# 64 MiB of float32 (read + written). A working set under this size may have run from cache.
+LEGACY_COPY_BYTES = 2 * 64 * 2**20
+
+
+def _measured_rule(peak: Peak, device: dict[str, Any], ranks: int) -> tuple[Peak, str | None]:
+    """The read-time rule for measured peaks written before per-level, one-rank-at-a-time measurement."""
+    peaks = device.get("peaks") or {}
+    if peak.key != "measured" or peaks.get("alone") or peak.mem_levels:
+        return peak, None
+    cpu = (device.get("vendor") or "").lower() == "cpu"
+    if not cpu:
+        return peak, None
+    contended = ranks > 1
+    note = ("CPU peaks from an older mmprof run, bounds kept: no efficiency for "
+            + ("compute-bound ops (the ranks measured their peaks while the others ran), nor for " if contended
+               else "")
+            + f"memory-bound ops moving under {LEGACY_COPY_BYTES / 2**20:.0f} MiB (they ran from cache, which the "
+              "measured DRAM bandwidth does not bound); `mmprof run` now measures per cache level, one rank at a "
+              "time")
+    return replace(peak, min_mem_bytes=float(LEGACY_COPY_BYTES), compute_eff=not contended), note
 
 
 def lookup(device: dict[str, Any] | None) -> tuple[Peak | None, str | None]:
@@ -154,14 +212,21 @@ def lookup(device: dict[str, Any] | None) -> tuple[Peak | None, str | None]:
     return PEAKS[key], None
 
 
-def profile_peaks(profile: Any) -> tuple[dict[int, Peak | None], list[str]]:
-    """Peak per rank of a Profile (the rank's first device) and the warnings for ranks without one."""
+def profile_peaks(profile: Any) -> tuple[dict[int, Peak | None], list[str], list[str]]:
+    """Peak per rank of a Profile (the rank's first device), the warnings for ranks without one, and notes on
+    measured peaks read under the read-time rule."""
     out: dict[int, Peak | None] = {}
     warnings: list[str] = []
-    for rank in profile.ranks:
+    notes: list[str] = []
+    ranks = profile.ranks
+    for rank in ranks:
         dev = profile.device_info(rank)
         peak, warn = lookup(dev)
+        if peak is not None:
+            peak, note = _measured_rule(peak, dev, len(ranks))
+            if note and note not in notes:
+                notes.append(note)
         out[rank] = peak
         if warn and warn not in warnings:
             warnings.append(warn)
-    return out, warnings
+    return out, warnings, notes

@@ -20,6 +20,7 @@ DEFAULT_MAX_LEN = 60
 
 _STUB = "__device_stub__"
 _EMBEDDED = re.compile(r"(?:(?<![\w$])|(?<=_))_Z[\w$]+(?:\.[\w$.]+)?")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")  # not a C++ name
 _CLONE_SUFFIX = re.compile(r"(?:\s*(?:\[clone [^\]]*\]|\(\.[\w.$]+\)))+$")
 
 
@@ -437,8 +438,8 @@ def display_name(name: str, max_len: int = DEFAULT_MAX_LEN) -> str:
     """A short, readable kernel name (about max_len characters when the name allows; the base function name
     is never cut). Deterministic; raw mangled names are demangled first. Never raises: a name it cannot
     read comes back demangled but otherwise unchanged."""
-    if not isinstance(name, str):
-        return name
+    if not isinstance(name, str) or _CONTROL.search(name):  # text with control characters is not a symbol:
+        return name                                           # shown as it is (escaped by the renderer)
     s = demangle(name).strip()
     try:
         return _display(s, max_len) or name

@@ -74,3 +74,15 @@ def rank_label(ranks: Iterable[int]) -> str:
 
 def gib(b: int) -> str:
     return f"{b / 2**30:,.2f} GiB"
+
+
+def fmt_si(x: float | None, unit: str = "") -> str:
+    """621.4e12 -> '621 T', 1.67e12 -> '1.67 T', 3.5e10 -> '35.0 G' (3 significant digits); None -> '-'."""
+    if x is None or x != x:
+        return "-"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")):
+        if abs(x) >= scale or scale == 1.0:
+            v = x / scale
+            num = f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+            return f"{num} {prefix}{unit}".rstrip()
+    return f"{x:g}"  # pragma: no cover

@@ -12,6 +12,7 @@ from mmprof.cli import main
 from mmprof.errors import BadInput
 from mmprof.profiles import load_profile
 from mmprof.render.text.demo import render_demo
+from rich.cells import cell_len
 from rich.console import Console
 
 
@@ -70,7 +71,7 @@ def test_render_tells_the_story(demo_result, capsys):
     render(demo_result)
     out = capsys.readouterr().out
     flat = " ".join(out.split())
-    assert "loop/separate/K=1" in flat and "grouped/fused/K=4" in flat
+    assert "loop / separate / K=1" in flat and "grouped / fused / K=4" in flat
     assert "speed-up after/before" in flat
     assert "before: FAIL (exit 1)" in flat and "after: PASS (exit 0)" in flat
     assert "FP001 shared-expert-separate" in flat and "FP002 block-selection-recomputed" in flat
@@ -78,6 +79,10 @@ def test_render_tells_the_story(demo_result, capsys):
     assert "reuse" in flat and "SH001" in flat
     assert demo_result.runs["before"]["profile"] in flat.replace(" ", "") or "before.json.gz" in flat
     json.dumps(demo_result.to_dict())  # --json output is serialisable
+    for width in (80, 120):  # the story fits the terminal
+        con = Console(width=width, record=True, color_system=None)
+        render_demo(demo_result, con)
+        assert max(cell_len(line) for line in con.export_text().splitlines()) <= width
 
 
 def test_failing_step_is_reported_with_its_error_and_the_demo_goes_on(capsys):

@@ -7,8 +7,20 @@ import math
 import numpy as np
 import pytest
 
-from mmprof.analysis.flops import attention_cost, cost_from_text, op_cost, op_family, sparse_attention_cost
-from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BOUND_UNKNOWN, event_roofline, summarise_bounds
+from mmprof.analysis.flops import (
+    attention_cost,
+    cost_from_text,
+    op_cost,
+    op_family,
+    sparse_attention_cost,
+)
+from mmprof.analysis.roofline import (
+    BOUND_COMPUTE,
+    BOUND_MEMORY,
+    BOUND_UNKNOWN,
+    event_roofline,
+    summarise_bounds,
+)
 from mmprof.hardware import PEAKS, lookup, normalise
 from tests.diff_fixtures import BF16, BIG, SKINNY, Synth
 
@@ -148,4 +160,81 @@ def test_events_above_the_peak_are_flagged_not_hidden():
           input_types='["float", "float"]')
     r = event_roofline(b.build(), np.array([0]), np.array([1000]), np.array([0]))
     assert r.efficiency[0] > 1.1
-    assert any("above the device peak" in w for w in r.warnings)
+    w = [w for w in r.warnings if "above the peak" in w]
+    assert w and "aten::mm x1" in w[0] and "measured once" in w[0]  # which op, and why for a measured peak
+
+
+def _cpu_profile(peaks: list[dict], ops: list[tuple[str, str, int]]):
+    """A CPU-run profile: one device per rank with these measured peaks; ops (name, dims, dur_ns) on every rank."""
+    from mmprof.profiles.model import ProfileBuilder
+
+    b = ProfileBuilder({"ranks": [{"rank": r, "devices": [{"index": -1, "name": "x86_64", "vendor": "cpu",
+                                                           "peaks": pk}]} for r, pk in enumerate(peaks)]})
+    for r in range(len(peaks)):
+        for i, (name, dims, dur) in enumerate(ops):
+            b.row("ops", rank=r, tid=1, start_ns=i * 10**9, dur_ns=dur, name=name, input_dims=dims,
+                  input_types='["float", "float"]')
+    return b.build()
+
+
+BIG_MM = ("aten::mm", "[[1024, 1024], [1024, 1024]]", 10**8)         # 2.1 GFLOP, 12 MiB: compute-bound
+SMALL_ADD = ("aten::add", "[[512, 64], [512, 64]]", 10_000)          # 384 KiB: memory-bound, fits a cache
+HUGE_ADD = ("aten::add", "[[8192, 8192], [8192, 8192]]", 10**8)      # 768 MiB: memory-bound, DRAM
+
+
+def test_cpu_peaks_per_cache_level_bound_each_working_set():
+    """New measurements carry the bandwidth per working-set size: a small op is bounded by the cache it fits."""
+    import numpy as np
+
+    from mmprof.hardware import lookup
+
+    levels = [[65536, 0.05], [524288, 0.2], [4194304, 0.15], [134217728, 0.02]]
+    p, _ = lookup({"vendor": "cpu", "name": "x", "peaks": {"fp32_tflops": 0.2, "hbm_tbs": 0.02, "alone": True,
+                                                            "mem_levels": levels}})
+    roof = p.mem_bytes_per_s(np.array([1e3, 65536.0, 3e5, 1e6, 1e8, 1e10]))
+    # the fastest level among those at least as large as the working set; DRAM beyond the largest
+    assert roof.tolist() == pytest.approx([0.2e12, 0.2e12, 0.2e12, 0.15e12, 0.02e12, 0.02e12])
+    prof = _cpu_profile([{"fp32_tflops": 0.2, "hbm_tbs": 0.02, "alone": True, "mem_levels": levels}],
+                        [BIG_MM, SMALL_ADD, HUGE_ADD])
+    from mmprof.analysis.events import events_of
+
+    ev = events_of(prof)
+    eff = dict(zip((n for n, _, _ in (BIG_MM, SMALL_ADD, HUGE_ADD)), ev.roof.efficiency))
+    small_bytes = 3 * 512 * 64 * 4
+    assert ev.roof.bound.tolist() == [0, 1, 1]
+    assert eff["aten::add"] == pytest.approx(3 * 8192 * 8192 * 4 / 0.1 / 0.02e12)  # the huge add: DRAM roof
+    assert ev.roof.efficiency[1] == pytest.approx(small_bytes / 1e-5 / 0.2e12)   # the small add: cache roof
+    assert not any("ran from cache" in n for n in ev.notes) and not ev.warnings
+
+
+def test_legacy_cpu_peaks_keep_bounds_but_drop_unsupported_efficiencies():
+    """Profiles measured before per-level, one-rank-at-a-time peaks (the committed examples/cpu-tp): bounds stay,
+    efficiencies the figures cannot support go, and a note says why."""
+    from mmprof.analysis.events import events_of
+
+    legacy = {"fp32_tflops": 0.05, "hbm_tbs": 0.04}
+    one = events_of(_cpu_profile([legacy], [BIG_MM, SMALL_ADD, HUGE_ADD]))
+    assert one.roof.bound.tolist() == [0, 1, 1]
+    e = one.roof.efficiency
+    assert e[0] > 0 and e[0] == pytest.approx(2 * 1024**3 / 0.1 / 0.05e12)  # one rank measured alone: kept
+    assert e[1] != e[1] and e[2] > 0  # the cache-resident add has no efficiency; the DRAM-sized one has
+    assert any("ran from cache" in n for n in one.notes)
+    two = events_of(_cpu_profile([legacy, legacy], [BIG_MM, SMALL_ADD, HUGE_ADD]))
+    assert (two.roof.bound >= 0).all()
+    assert all(x != x for x in two.roof.efficiency[two.roof.bound == 0])  # measured under contention: none
+    assert any("while the others ran" in n for n in two.notes)
+    assert not any("while the others ran" in n for n in one.notes)
+
+
+def test_committed_examples_have_no_efficiency_over_150_percent():
+    import numpy as np
+
+    from mmprof.analysis.events import events_of
+    from mmprof.profiles import load_profile
+    from tests.conftest import ROOT
+
+    files = sorted((ROOT / "examples").glob("*/**/*.json.gz"))
+    assert len(files) >= 14
+    for f in files:
+        e = events_of(load_profile(f)).roof.efficiency
+        assert not np.isfinite(e).any() or np.nanmax(e) <= 1.5, (f, np.nanmax(e))

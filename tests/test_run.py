@@ -56,6 +56,24 @@ def test_profile_has_ops_with_shapes_under_layer_scopes(baseline_full):
     assert any("128]" in d and ("[1, 1, 128]" in d or "[1, 128]" in d) for d in dec.input_dims)
 
 
+def test_cpu_peaks_measured_per_level_and_efficiencies_believable(baseline_full):
+    """A CPU run measures its peaks alone, per dtype, for its thread count and per cache level; no op of the run
+    then lands far above them."""
+    import numpy as np
+
+    from mmprof.analysis.events import events_of
+
+    pk = baseline_full.device_info(0)["peaks"]
+    assert pk["alone"] is True and pk["threads"] >= 1 and pk["fp32_tflops"] > 0
+    sizes = [b for b, _ in pk["mem_levels"]]
+    assert sizes == sorted(sizes) and len(sizes) == 5 and pk["hbm_tbs"] == pk["mem_levels"][-1][1]
+    for k in ("threads", "one_thread"):  # the raw figures behind the peak stay in the profile
+        assert pk["measured"][k]["fp32_tflops"] > 0 and len(pk["measured"][k]["mem_tbs"]) == 5
+    e = events_of(baseline_full).roof.efficiency
+    assert np.isfinite(e).sum() > 100
+    assert np.nanmax(e) < 1.5, np.nanmax(e)
+
+
 def test_phases_and_steps_are_set(baseline_full):
     ops = _ops(baseline_full)
     assert set(ops.phase.dropna()) == {"prefill", "decode"}
@@ -250,6 +268,7 @@ def test_tp2_on_cpu_gives_two_ranks_with_gloo_allreduce(tmp_path, capsys):
     ops = p.df("ops")
     assert set(ops["rank"]) == {0, 1}
     assert set(p.meta["run"]["timings_by_rank"]) == {"0", "1"}
+    assert all(p.device_info(r)["peaks"]["alone"] for r in (0, 1))  # measured one rank at a time
 
 
 @pytest.mark.gpu

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from mmprof.analysis.events import EventFrame
+from mmprof.names import display_name
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Coverage:
     unclassified_ns: int
     by_family: list[dict[str, Any]]
     by_library: list[dict[str, Any]]
-    unclassified: list[dict[str, Any]]  # name, count, time_ns
+    unclassified: list[dict[str, Any]]  # name, display_name, count, time_ns
 
     @property
     def unclassified_share(self) -> float:
@@ -50,4 +51,5 @@ def coverage(frame: EventFrame) -> Coverage:
     ug = unc.groupby("name", sort=False)["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False)
     return Coverage(source=source, events=len(df), total_ns=total, unclassified_ns=int(unc["dur"].sum()),
                     by_family=group("family"), by_library=group("library"),
-                    unclassified=[{"name": k, "count": int(r["count"]), "time_ns": int(r["sum"])} for k, r in ug.iterrows()])
+                    unclassified=[{"name": k, "display_name": display_name(k), "count": int(r["count"]),
+                                   "time_ns": int(r["sum"])} for k, r in ug.iterrows()])

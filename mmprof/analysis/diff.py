@@ -26,6 +26,7 @@ from mmprof.analysis.events import EventFrame, events_of
 from mmprof.analysis.timeline import CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, phase_labels, timeline
 from mmprof.errors import NoEvidence
 from mmprof.labels import is_marker, module_event
+from mmprof.names import display_name
 from mmprof.units import fmt_ns
 
 NOUNS = {"compute_bound": "compute", "memory_bound": "memory bandwidth", "unattributed": "unattributed compute",
@@ -90,7 +91,7 @@ class VariantTime:
     minor: bool = False       # under MINOR_SHARE of its side's event time
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "example_display_name": display_name(self.example)}
 
 
 @dataclass
@@ -198,7 +199,8 @@ class DiffResult:
 
 
 def _short(s: str, n: int = 60) -> str:
-    return s if len(s) <= n else s[: n - 3] + "..."
+    """A variant for a summary line: its display name (a raw kernel name when no rule names a variant)."""
+    return display_name(s, n)
 
 
 @dataclass

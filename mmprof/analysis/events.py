@@ -202,7 +202,7 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
         layer=np.concatenate([reg_k.layer, reg_m.layer]), role=np.concatenate([reg_k.role, reg_m.role]),
         region=np.concatenate([reg_k.region, reg_m.region]),
         label_source=np.concatenate([reg_k.source, reg_m.source]), roof=roof, profile=profile,
-        warnings=list(roof.warnings))
+        notes=list(roof.notes), warnings=list(roof.warnings))
 
 
 def infer_parents(profile: Any) -> np.ndarray:
@@ -282,7 +282,7 @@ def _cpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
         launch_end=np.full(m, -1, np.int64), op=keep.astype(np.int64),
         **{c: pd.Categorical(ev_cls[c][keep]) for c in _CLASS_COLS},
         cat=_category(fam.astype(object), roof), layer=reg.layer, role=reg.role, region=reg.region,
-        label_source=reg.source, roof=roof, profile=profile, warnings=list(roof.warnings))
+        label_source=reg.source, roof=roof, profile=profile, notes=list(roof.notes), warnings=list(roof.warnings))
     frame.notes.append("CPU-run profile (no GPU kernels): the outermost compute ops (GEMMs, attention, norms, "
                        "elementwise, communication, ...) are the device events; the time between them (Python and "
                        "framework overhead, views, allocations) counts as host-bound idle")

@@ -19,6 +19,7 @@ import pandas as pd
 
 from mmprof.analysis.events import EventFrame, events_of
 from mmprof.analysis.timeline import TimelineResult, phase_labels, timeline
+from mmprof.names import display_name
 
 # The GPU is launch-bound when at least this share of the wall span is idle waiting for the host.
 LAUNCH_BOUND_SHARE = 0.25
@@ -96,8 +97,8 @@ def launch_analysis(profile, events: EventFrame | None = None, tl: TimelineResul
     if linked.any():
         df = pd.DataFrame({"name": ev.name[linked], "delay": delay[linked]})
         g = df.groupby("name")["delay"].agg(["median", "count"]).sort_values("median", ascending=False).head(10)
-        top = [{"name": profile.string(int(k)), "median_delay_ns": float(v["median"]), "count": int(v["count"])}
-               for k, v in g.iterrows()]
+        top = [{"name": (n := profile.string(int(k))), "display_name": display_name(n) if n else n,
+                "median_delay_ns": float(v["median"]), "count": int(v["count"])} for k, v in g.iterrows()]
     else:
         warnings.append("no kernel carries a launch reference: launch delays unknown")
     return LaunchResult(out, top, warnings)

@@ -20,6 +20,7 @@ from mmprof.analysis.launch import LaunchStats, launch_analysis
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, summarise_bounds
 from mmprof.analysis.timeline import NO_PHASE, Breakdown, StepStats, phase_labels, timeline
 from mmprof.errors import MmprofError, NoEvidence
+from mmprof.names import display_name
 
 TOP_KERNELS = 10
 
@@ -37,6 +38,10 @@ class KernelRow:
     tflops: float | None          # achieved TFLOP/s
     tbs: float | None             # achieved TB/s
     intensity: float | None = None  # FLOP per byte of the ops' shapes
+    display_name: str = ""          # mmprof.names.display_name: derived on load, never stored
+
+    def __post_init__(self) -> None:
+        self.display_name = self.display_name or display_name(self.name)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -115,14 +120,17 @@ def _top_kernels(profile, ev: EventFrame, m: np.ndarray, n: int = TOP_KERNELS) -
     dur = ev.dur[idx].astype(np.float64)
     b = roof.bound[idx]
     cat = ev.cat[idx]
-    eff = np.nan_to_num(roof.efficiency[idx]) * dur
+    e = roof.efficiency[idx]
+    eff = np.nan_to_num(e) * dur
     df = pd.DataFrame({"name": ev.name[idx], "dur": dur, "fl": np.nan_to_num(roof.flops[idx]),
                        "by": np.nan_to_num(roof.bytes[idx]), "c": (b == BOUND_COMPUTE) * dur,
                        "mem": (b == BOUND_MEMORY) * dur, "comm": (cat == CAT_COMM) * dur,
-                       "cp": (cat == CAT_MEMCPY) * dur, "eff": eff, "has": (b >= 0) * dur, "i": idx})
+                       "cp": (cat == CAT_MEMCPY) * dur, "eff": eff, "has": (b >= 0) * dur,
+                       "has_eff": np.isfinite(e) * dur, "i": idx})
     g = df.groupby("name").agg(dur=("dur", "sum"), n=("dur", "size"), fl=("fl", "sum"), by=("by", "sum"),
                                c=("c", "sum"), mem=("mem", "sum"), comm=("comm", "sum"), cp=("cp", "sum"),
-                               eff=("eff", "sum"), has=("has", "sum"), i=("i", "first"))
+                               eff=("eff", "sum"), has=("has", "sum"), has_eff=("has_eff", "sum"),
+                               i=("i", "first"))
     total = float(dur.sum())
     out = []
     for name, r in g.sort_values("dur", ascending=False).head(n).iterrows():
@@ -133,7 +141,7 @@ def _top_kernels(profile, ev: EventFrame, m: np.ndarray, n: int = TOP_KERNELS) -
         out.append(KernelRow(profile.string(int(name)) or "?", str(ev.family[int(r["i"])]),
                              str(ev.variant[int(r["i"])]), int(r["n"]), int(r["dur"]),
                              float(r["dur"] / total) if total else 0.0, bound,
-                             float(r["eff"] / r["has"]) if has else None,
+                             float(r["eff"] / r["has_eff"]) if r["has_eff"] > 0 else None,
                              float(r["fl"] / secs / 1e12) if has and secs else None,
                              float(r["by"] / secs / 1e12) if has and secs else None,
                              float(r["fl"] / r["by"]) if has and r["by"] > 0 else None))

@@ -21,6 +21,7 @@ from mmprof.analysis.flops import cost_from_text
 from mmprof.hardware import Peak, profile_peaks
 
 BOUND_COMPUTE, BOUND_MEMORY, BOUND_UNKNOWN = 0, 1, -1
+OVER_PEAK = 1.1  # an efficiency above this is reported: above the peak is a measurement or estimate error
 _DTYPES = ("bf16", "fp8", "fp32")
 
 
@@ -37,6 +38,7 @@ class Roofline:
     efficiency: np.ndarray     # achieved / peak of the bounding resource, 0..1+
     peaks: dict[int, Peak | None]
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         known = self.bound >= 0
@@ -44,7 +46,7 @@ class Roofline:
                 "compute_bound": int((self.bound == BOUND_COMPUTE).sum()),
                 "memory_bound": int((self.bound == BOUND_MEMORY).sum()),
                 "peaks": {r: (p.to_dict() if p else None) for r, p in self.peaks.items()},
-                "warnings": self.warnings}
+                "warnings": self.warnings, "notes": self.notes}
 
 
 def _unique_triples(profile, op_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -74,7 +76,7 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
     flops = np.full(n, np.nan)
     byts = np.full(n, np.nan)
     dcls = np.full(n, -1, dtype=np.int8)
-    peaks, warnings = profile_peaks(profile)
+    peaks, warnings, notes = profile_peaks(profile)
     has = op_idx >= 0
     if eligible is not None:
         has &= eligible
@@ -108,15 +110,16 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
         ach_b = np.where(secs > 0, byts / secs, np.nan)
     bound = np.full(n, BOUND_UNKNOWN, dtype=np.int8)
     eff = np.full(n, np.nan)
-    # peak arrays per event: by rank and dtype class
+    # peaks per event: by rank and dtype class; the bandwidth roof also by the bytes an event moves (cache levels)
     rinv, ranks_u = pd.factorize(rank) if n else (np.array([], dtype=np.int64), np.array([], dtype=np.int64))
     ranks_u = np.asarray(ranks_u)
     pf = np.full((len(ranks_u), len(_DTYPES)), np.nan)
-    pb = np.full(len(ranks_u), np.nan)
+    e_pb = np.full(n, np.nan)
     for i, r in enumerate(ranks_u.tolist()):
         p = peaks.get(r)
         if p is not None:
-            pb[i] = p.bytes_per_s or np.nan
+            m = rinv == i
+            e_pb[m] = p.mem_bytes_per_s(byts[m])
             for k, d in enumerate(_DTYPES):
                 v = p.flops_per_s(d)
                 pf[i, k] = np.nan if v is None else v
@@ -124,7 +127,6 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
     if ok.any():
         e_pf = np.full(n, np.nan)
         e_pf[ok] = pf[rinv[ok], dcls[ok]]
-        e_pb = pb[rinv]
         with np.errstate(divide="ignore", invalid="ignore"):
             ridge = e_pf / e_pb
             valid = ok & np.isfinite(ridge)
@@ -134,12 +136,47 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
             bound[mem] = BOUND_MEMORY
             eff[comp] = ach_f[comp] / e_pf[comp]
             eff[mem] = ach_b[mem] / e_pb[mem]
-        over = np.isfinite(eff) & (eff > 1.1)
+        for i, r in enumerate(ranks_u.tolist()):  # what the measured peaks of a rank cannot support
+            p = peaks.get(r)
+            if p is None:
+                continue
+            m = rinv == i
+            if not p.compute_eff:
+                eff[m & comp] = np.nan
+            if p.min_mem_bytes:
+                eff[m & mem & (byts < p.min_mem_bytes)] = np.nan
+        over = np.isfinite(eff) & (eff > OVER_PEAK)
         if over.any():  # never silently: either the peak or the shape-based work estimate is off
-            warnings.append(f"{int(over.sum())} events run above the device peak (up to {np.nanmax(eff[over]):.0%}): "
-                            "the peak is too low (e.g. measured on a busy CPU) or a work estimate is too high; "
-                            "their efficiencies are not trustworthy")
-    return Roofline(flops, byts, intensity, bound, ach_f, ach_b, eff, peaks, warnings)
+            warnings.append(_over_peak(profile, op_idx, eff, over, peaks, rank, bound))
+    return Roofline(flops, byts, intensity, bound, ach_f, ach_b, eff, peaks, warnings, notes)
+
+
+def _over_peak(profile, op_idx: np.ndarray, eff: np.ndarray, over: np.ndarray, peaks: dict, rank: np.ndarray,
+               bound: np.ndarray) -> str:
+    """The warning for events above the peak: how many, which ops, and the likely cause for each bound and kind of
+    peak (an efficiency above 100% is an error of the peak or of the work estimate, never a result)."""
+    names = profile.tables["ops"]["name"]
+    ops = op_idx[over]
+    ids = np.where(ops >= 0, names[np.clip(ops, 0, None)] if len(names) else -1, -1)
+    df = pd.DataFrame({"name": ids, "eff": eff[over]}).groupby("name")["eff"].agg(["size", "max"])
+    top = df.sort_values(["size", "max"], ascending=False).head(3)
+    what = ", ".join(f"{profile.string(int(k)) if k >= 0 else '?'} x{int(v['size'])} (up to {v['max']:.0%})"
+                     for k, v in top.iterrows())
+    over_ranks = set(rank[over].tolist())
+    measured = any(p is not None and p.key == "measured" for r, p in peaks.items() if r in over_ranks)
+    why = []
+    if measured:
+        why.append("the peaks were measured once, at the start of the run, on a machine other work shares: an op "
+                   "that ran while that work paused beats them")
+    else:
+        if (over & (bound == BOUND_MEMORY)).any():
+            why.append("a memory-bound op whose data sat in the GPU's cache (L2) moved fewer bytes through HBM than "
+                       "its shapes say, so its rate over the HBM peak exceeds 100%")
+        if (over & (bound == BOUND_COMPUTE)).any():
+            why.append("a compute-bound op did less work than its shapes say (e.g. masked, causal or skipped work "
+                       "counted as dense)")
+    return (f"{int(over.sum())} events run above the peak ({what}): " + "; ".join(why)
+            + "; these efficiencies are not trustworthy")
 
 
 @dataclass
@@ -162,8 +199,13 @@ def summarise_bounds(roof: Roofline, dur_ns: np.ndarray, rank: np.ndarray, mask:
     b = roof.bound
     d = dur_ns.astype(np.float64)
     comp, mem = m & (b == BOUND_COMPUTE), m & (b == BOUND_MEMORY)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        # efficiency weighted by time: sum(eff_i * t_i) / sum(t_i) == sum(work_i / peak_i) / sum(t_i)
-        ce = float(np.nansum(roof.efficiency[comp] * d[comp]) / d[comp].sum()) if comp.any() else None
-        me = float(np.nansum(roof.efficiency[mem] * d[mem]) / d[mem].sum()) if mem.any() else None
+    has = np.isfinite(roof.efficiency)
+
+    def eff(sel: np.ndarray) -> float | None:
+        # weighted by time: sum(eff_i * t_i) / sum(t_i) == sum(work_i / peak_i) / sum(t_i), over the events that
+        # have an efficiency (a bound without one, e.g. a cache-resident op on a CPU, does not count as 0)
+        s = sel & has
+        return float((roof.efficiency[s] * d[s]).sum() / d[s].sum()) if s.any() and d[s].sum() > 0 else None
+
+    ce, me = eff(comp), eff(mem)
     return BoundSummary(int(d[comp].sum()), int(d[mem].sum()), int(d[m & (b == BOUND_UNKNOWN)].sum()), ce, me)

@@ -15,6 +15,7 @@ import numpy as np
 
 from mmprof.analysis.intervals import busy_by_key, union_length
 from mmprof.errors import BadInput
+from mmprof.names import display_name
 from mmprof.profiles.model import Profile
 
 TIMED_TABLES = ("kernels", "ops", "launches", "memcpy", "collectives", "scopes")
@@ -27,6 +28,10 @@ class KernelStat:
     total_ns: int
     mean_ns: float
     share: float  # of the rank's summed kernel time
+    display_name: str = ""  # mmprof.names.display_name: derived on load, never stored
+
+    def __post_init__(self) -> None:
+        self.display_name = self.display_name or display_name(self.name)
 
 
 @dataclass

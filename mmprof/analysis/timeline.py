@@ -241,3 +241,46 @@ def _sweep(gcode: np.ndarray, ev: EventFrame, cols: dict, comm_total: np.ndarray
         # call plus the launch latency) is the GPU waiting for the host
         host = np.where(le > t[gap], seg[gap], 0)
         cols["idle_host"] += np.bincount(g[gap], weights=host, minlength=G).astype(np.int64)
+
+
+def category_segments(ev: EventFrame) -> pd.DataFrame:
+    """The timeline as consecutive segments per rank: rank, start_ns, end_ns, category (a CATEGORIES name), from each
+    rank's first event to its last. The same rule as the breakdown (the highest busy category active wins; an idle
+    gap is host-bound when the next event's launch call had not returned, always on a CPU run), without the
+    windows: what a trace viewer draws as counter tracks (`mmprof export`)."""
+    cols = {"rank": [], "start_ns": [], "end_ns": [], "category": []}
+    keep = np.flatnonzero(ev.end > ev.start)
+    names = np.array(CATEGORIES + ("",), dtype=object)
+    for r in np.unique(ev.rank[keep]).tolist():
+        k = keep[ev.rank[keep] == r]
+        n = len(k)
+        t = np.concatenate([ev.start[k], ev.end[k]])
+        d = np.concatenate([np.ones(n, np.int8), np.full(n, -1, np.int8)])
+        c = np.concatenate([ev.cat[k], ev.cat[k]])
+        e = np.concatenate([k, k])
+        order = np.lexsort((d, t))  # ends before starts at the same instant
+        t, d, c, e = t[order], d[order], c[order], e[order]
+        act = np.full(len(t), -1, dtype=np.int64)
+        for cat in range(_BUSY - 1, -1, -1):
+            act[np.cumsum(np.where(c == cat, d, 0).astype(np.int64)) > 0] = cat
+        gap = np.flatnonzero(act[:-1] == -1)
+        if ev.source == "cpu_ops":
+            act[gap] = CATEGORIES.index("idle_host")
+        else:
+            host = ev.launch_end[e[gap + 1]] > t[gap]
+            act[gap] = np.where(host, CATEGORIES.index("idle_host"), CATEGORIES.index("idle_other"))
+        seg_s, seg_e, seg_c = t[:-1], t[1:], act[:-1]
+        nz = seg_e > seg_s
+        seg_s, seg_e, seg_c = seg_s[nz], seg_e[nz], seg_c[nz]
+        if not len(seg_s):
+            continue
+        first = np.r_[True, seg_c[1:] != seg_c[:-1]]  # merge runs of one category
+        idx = np.flatnonzero(first)
+        ends = np.r_[seg_e[idx[1:] - 1], seg_e[-1]]
+        cols["rank"].append(np.full(len(idx), r, dtype=np.int64))
+        cols["start_ns"].append(seg_s[idx])
+        cols["end_ns"].append(ends)
+        cols["category"].append(names[seg_c[idx]])
+    if not cols["rank"]:
+        return pd.DataFrame({k: [] for k in cols})
+    return pd.DataFrame({k: np.concatenate(v) for k, v in cols.items()})

@@ -279,13 +279,15 @@ def assign_ranks(procs: list[ProcessCapture]) -> None:
 
 
 # -- building the Profile ------------------------------------------------------------------------
-def build_profile(procs: list[ProcessCapture], result: RecordResult):
+def build_profile(procs: list[ProcessCapture], result: RecordResult, progress=None):
     """Import each process's trace and merge; fills result.ranks / missing / partial / warnings."""
 
     assign_ranks(procs)
     profiles = []
     ranks_meta: list[dict[str, Any]] = []
-    for p in sorted(procs, key=lambda p: p.rank if p.rank is not None else 1 << 30):
+    for i, p in enumerate(sorted(procs, key=lambda p: p.rank if p.rank is not None else 1 << 30)):
+        if progress is not None:
+            progress(f"importing the trace of {p.name}", i, len(procs) + 1)
         entry: dict[str, Any] = {"rank": p.rank, "pid": p.pid, "host": p.host, "process": p.name,
                                  "file": str(p.trace) if p.trace else None, "partial": not p.finished}
         if p.trace is None:
@@ -393,9 +395,10 @@ def _nothing_captured(procs: list[ProcessCapture], result: RecordResult) -> str:
 
 # -- the whole thing ------------------------------------------------------------------------------
 def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "torch", opts: RecordOptions | None = None,
-           trace_dir: str | os.PathLike | None = None):
+           trace_dir: str | os.PathLike | None = None, progress=None):
     """Run `cmd` under capture and save the merged Profile at `out`. Returns (RecordResult, Profile).
 
+    `progress(stage, done, total)` hears about the import and merge after the command ended (never during it).
     `result.exit_code` is the command's exit code, unchanged. When the command ran but nothing usable was
     captured, a CaptureUnavailable (naming the command's exit code) is raised after the command finished,
     so its output is never lost.
@@ -417,6 +420,8 @@ def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "tor
     procs, forked, warns = collect(tdir)
     result.forked_not_captured = forked
     result.warnings.extend(warns)
-    profile = build_profile(procs, result)
+    profile = build_profile(procs, result, progress)
+    if progress is not None:
+        progress(f"writing {out_path}", len(procs), len(procs) + 1)
     save_profile(profile, out_path)
     return result, profile

@@ -137,7 +137,7 @@ def run_rank(opts: RunOptions, work_dir: str | os.PathLike, rank: int = 0, world
                         dtype=getattr(torch, opts.dtype), group=group, seed=opts.seed)
     model.dispatch.rank = rank
     if dev == "cpu":
-        out_peaks = measure_cpu_peaks(opts.dtype)
+        out_peaks = measure_cpu_peaks_alone(opts.dtype, rank, world, group)
     workload = Workload(batch=opts.batch, prompt_len=opts.prompt_len, decode_steps=opts.decode_steps, seed=opts.seed)
     out = RankOutcome(rank=rank, world_size=world)
     if dev == "cpu":
@@ -180,38 +180,90 @@ def run_rank(opts: RunOptions, work_dir: str | os.PathLike, rank: int = 0, world
     return out
 
 
-def measure_cpu_peaks(dtype: str) -> dict[str, Any]:
-    """This CPU's matmul rate and copy bandwidth, measured now (best of 5), so a CPU run gets a roofline.
+def measure_cpu_peaks_alone(dtype: str, rank: int = 0, world: int = 1, group=None) -> dict[str, Any]:
+    """`measure_cpu_peaks` on one rank at a time (the others wait in a barrier), so that no rank measures while
+    another computes: the ranks of a CPU run share the machine, and a peak measured under contention is too low."""
+    import torch.distributed as dist
 
-    A CPU has no datasheet entry in mmprof.hardware: its peaks depend on cores, clocks and ISA. The
-    numbers are what torch reaches on this machine at this moment (noisy on a shared host); the profile
-    says they were measured.
-    """
+    if world <= 1 or not dist.is_available() or not dist.is_initialized():
+        return measure_cpu_peaks(dtype)
+    peaks: dict[str, Any] = {}
+    for r in range(world):
+        if r == rank:
+            peaks = measure_cpu_peaks(dtype)
+        dist.barrier(group=group)
+    return peaks
+
+
+_LEVEL_BYTES = (32 * 2**10, 256 * 2**10, 2 * 2**20, 16 * 2**20, 64 * 2**20)  # per array: L1 .. DRAM
+
+
+def _rates(dtypes: list, budget_s: float = 0.03) -> tuple[dict[str, float], list[float]]:
+    """GEMM TFLOP/s per dtype name and bandwidth TB/s per working-set size, with the current torch threads."""
     import torch
 
-    def best(fn, reps: int = 5) -> float:
+    def best(fn, reps: int = 3) -> float:
         fn()
-        times = []
-        for _ in range(reps):
+        times: list[float] = []
+        t_end = time.perf_counter() + budget_s
+        while len(times) < reps or (time.perf_counter() < t_end and len(times) < 200):
             t = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t)
         return min(times)
 
-    n = 1024
-    a = torch.randn(n, n)
-    b = torch.randn(n, n)
-    fp32 = 2 * n**3 / best(lambda: a @ b) / 1e12
-    peaks: dict[str, Any] = {"fp32_tflops": fp32}
-    if dtype == "bfloat16":
-        ab, bb = a.bfloat16(), b.bfloat16()
-        peaks["bf16_tflops"] = 2 * n**3 / best(lambda: ab @ bb) / 1e12
-    x = torch.empty(16 * 2**20)  # 64 MiB of float32, well past the caches
-    x.fill_(1.0)
-    y = torch.empty_like(x)
-    peaks["hbm_tbs"] = 2 * x.numel() * 4 / best(lambda: y.copy_(x)) / 1e12  # bytes read + written
-    peaks["source"] = (f"measured by mmprof run on this CPU ({os.cpu_count()} cores, torch "
-                       f"{torch.__version__}): best of 5 {n}^3 matmuls and 64 MiB copies")
+    gemm = {}
+    for name, dt in dtypes:
+        rate = 0.0
+        for n in (256, 512, 1024):
+            a = torch.randn(n, n).to(dt)
+            b = torch.randn(n, n).to(dt)
+            rate = max(rate, 2 * n**3 / best(lambda: a @ b) / 1e12)
+        gemm[name] = rate
+    bw = []
+    for size in _LEVEL_BYTES:
+        x = torch.ones(size // 4)
+        y = torch.ones_like(x)
+        z = torch.empty_like(x)
+        copy = 2 * size / best(lambda: z.copy_(x))
+        add = 3 * size / best(lambda: torch.add(x, y, out=z))
+        bw.append(max(copy, add) / 1e12)
+    return gemm, bw
+
+
+def measure_cpu_peaks(dtype: str) -> dict[str, Any]:
+    """This CPU's GEMM rate per dtype and its bandwidth per cache level for this process's torch thread count, so
+    a CPU run gets a roofline its ops can be compared with.
+
+    A CPU has no datasheet entry in mmprof.hardware: its peaks depend on cores, clocks, ISA and the thread count.
+    Measured: the best n x n matmul rate (n = 256 .. 1024) for float32 and the run's dtype, and the best copy / add
+    bandwidth (bytes read + written) at working sets from 32 KiB to 64 MiB per array, each with one thread and
+    with the run's T threads. The peak for T threads is the larger of the T-thread figure and min(T, cores) times
+    the one-thread figure: on a shared host the threads of a parallel region wait for each other whenever another
+    process holds a core, so the T-thread measurement alone can land far below what an op of the run reaches in
+    a quiet moment (a peak is a ceiling, not a typical rate). `mem_levels` keeps the bandwidth per working set (a
+    small one streams at its cache's rate); the largest is DRAM (`hbm_tbs`).
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    scale = max(min(threads, os.cpu_count() or 1), 1)
+    dts = [("fp32", torch.float32)] + ([("bf16", torch.bfloat16)] if dtype == "bfloat16" else [])
+    gemm_t, bw_t = _rates(dts)
+    torch.set_num_threads(1)
+    try:
+        gemm_1, bw_1 = _rates(dts)
+    finally:
+        torch.set_num_threads(threads)
+    peaks: dict[str, Any] = {f"{k}_tflops": max(gemm_t[k], scale * gemm_1[k]) for k in gemm_t}
+    levels = [[2 * size, max(t, scale * o)] for size, t, o in zip(_LEVEL_BYTES, bw_t, bw_1)]
+    peaks.update(mem_levels=levels, hbm_tbs=levels[-1][1], threads=threads, alone=True,
+                 measured={"threads": {f"{k}_tflops": v for k, v in gemm_t.items()} | {"mem_tbs": bw_t},
+                           "one_thread": {f"{k}_tflops": v for k, v in gemm_1.items()} | {"mem_tbs": bw_1}})
+    peaks["source"] = (f"measured by mmprof run on this CPU ({os.cpu_count()} cores, torch {torch.__version__}), one "
+                       f"rank at a time, for {threads} torch threads: max(the {threads}-thread rate, {scale} x the "
+                       "one-thread rate) of n x n matmuls (n <= 1024) per dtype and of copy/add at 32 KiB - 64 MiB "
+                       "working sets")
     return peaks
 
 

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "verify-fastpath": ("mmprof.cli.verify", "verify_fastpath", "Check which kernel variants dispatched against a spec (CI gate)."),
     "report": ("mmprof.cli.report", "report", "Bottleneck breakdown and the four checks for one profile."),
     "diff": ("mmprof.cli.diff", "diff", "Where the time went before and after, and where the bottleneck moved."),
+    "export": ("mmprof.cli.export", "export", "Write a profile as a Chrome trace / Perfetto timeline with mmprof's annotations."),
     "classify": ("mmprof.cli.classify", "classify", "Kernel name -> family, variant, library and path, with coverage."),
     "rules": ("mmprof.cli.rules", "rules", "Every check code (FP, SH): what it does, why, an example, known problems."),
 }
@@ -58,7 +59,8 @@ def _available(name: str) -> bool:
 def cli(ctx: click.Context, debug: bool) -> None:
     """mmprof: profile and verify LLM inference runs of MiniMax M3 (and MoE + sparse-attention models).
 
-    Exit codes: 0 all good, 1 a check found violations, 2 bad usage, bad input or no evidence.
+    Exit codes: 0 all good, 1 a gate found violations (verify-fastpath, shapes --check, report --check),
+    2 bad usage, bad input or no evidence.
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug

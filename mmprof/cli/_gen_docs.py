@@ -13,8 +13,10 @@ HEADER = """# Command reference
 
 Generated from `--help` by `python -m mmprof.cli._gen_docs > docs/cli.md`; a test keeps it in sync.
 
-Exit codes for every command: **0** all good, **1** a check found violations, **2** bad usage, bad input or
-no evidence to judge (never a pass). `--debug` (or `MMPROF_DEBUG=1`) shows tracebacks instead of one-line errors.
+Exit codes: **0** all good; **1** a gate found violations: `verify-fastpath`, `shapes --check` and
+`report --check` (without `--check`, `shapes` and `report` are diagnostics and exit 0 whatever their findings
+say; `record` exits with its command's code); **2** bad usage, bad input or no evidence to judge (never a pass).
+`--debug` (or `MMPROF_DEBUG=1`) shows tracebacks instead of one-line errors.
 """
 
 

@@ -14,6 +14,7 @@ from mmprof.analysis.coverage import coverage
 from mmprof.analysis.events import events_of
 from mmprof.cli._common import console, echo_json, json_option, load_any
 from mmprof.errors import BadInput, NoEvidence
+from mmprof.names import display_name
 from mmprof.render.text import classify as text
 
 
@@ -42,7 +43,7 @@ def classify(profile: str | None, rules_paths: tuple[str, ...], unclassified: bo
         text.render_checks(checks, console())
         return
     if names:
-        rows = [dict(name=n, **rules.classify(n).to_dict()) for n in names]
+        rows = [dict(name=n, display_name=display_name(n), **rules.classify(n).to_dict()) for n in names]
         if as_json:
             echo_json(rows)
         else:

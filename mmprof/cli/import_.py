@@ -11,6 +11,7 @@ from mmprof.errors import BadInput
 from mmprof.importers import IMPORTERS, import_paths
 from mmprof.profiles import save_profile
 from mmprof.render.text.imports import render_import
+from mmprof.render.text.progress import progress_bar
 
 
 @click.command("import")
@@ -25,11 +26,16 @@ def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str 
     """Import TRACE files or directories (one file per rank) into one Profile written to OUT."""
     if fmt is not None and fmt not in IMPORTERS:
         raise BadInput(f"unknown --format {fmt!r}; formats are {', '.join(k for k in IMPORTERS if k != 'mmprof-profile')}")
-    t0 = time.perf_counter()
-    profile = import_paths(list(traces), rank=rank, fmt=fmt)
-    t1 = time.perf_counter()
-    path = save_profile(profile, output)
-    t2 = time.perf_counter()
+    with progress_bar(not as_json) as cb:
+        if cb:
+            cb(f"importing {len(traces)} input(s)", 0, 2)
+        t0 = time.perf_counter()
+        profile = import_paths(list(traces), rank=rank, fmt=fmt)
+        t1 = time.perf_counter()
+        if cb:
+            cb(f"writing {output}", 1, 2)
+        path = save_profile(profile, output)
+        t2 = time.perf_counter()
     counts = {t: profile.n(t) for t in profile.tables}
     result = {
         "output": str(path),

@@ -8,6 +8,7 @@ from mmprof.capture.record import RecordOptions
 from mmprof.capture.record import record as do_record
 from mmprof.capture.session import DEFAULT_STEP_MARKERS
 from mmprof.cli._common import console, echo_json
+from mmprof.render.text.progress import progress_bar
 from mmprof.render.text.record import render_record
 
 
@@ -52,7 +53,8 @@ def record(ctx, out, backend, steps, skip, markers, flush_every, light, cpu_only
                          activities="cpu" if cpu_only else "auto", start=start, grace_s=grace,
                          flush_every=flush_every, modules=not no_modules)
     # a failure raises an MmprofError: the command (if it ran) already printed its output; main() prints one line
-    result, _profile = do_record(list(cmd), out, backend=backend, opts=opts, trace_dir=trace_dir)
+    with progress_bar() as cb:  # starts after the command: only the import and merge show a bar
+        result, _profile = do_record(list(cmd), out, backend=backend, opts=opts, trace_dir=trace_dir, progress=cb)
     render_record(result, console(stderr=True))
     if as_json:
         echo_json(result.to_dict())

@@ -20,9 +20,14 @@ from mmprof.render.text.report import render_report
 @click.option("--top", type=int, default=10, show_default=True, help="Top kernels per phase.")
 @click.option("--markdown", "markdown_file", metavar="FILE", help="Also write Markdown; '-' for stdout.")
 @click.option("--html", "html_file", metavar="FILE", help="Also write one self-contained HTML file.")
+@click.option("--check", is_flag=True,
+              help="Exit 1 when a built-in fast-path check fails. Without it report is a diagnostic and exits 0 "
+                   "whatever its checks line says; `mmprof verify-fastpath` is the gate.")
 @model_options
-def report(profile: str, as_json: bool, phase: str | None, rank: int | None, top: int,
-           markdown_file: str | None, html_file: str | None, model: str | None, tp: int | None, ep: int) -> None:
+@click.pass_context
+def report(ctx: click.Context, profile: str, as_json: bool, phase: str | None, rank: int | None, top: int,
+           markdown_file: str | None, html_file: str | None, check: bool, model: str | None, tp: int | None,
+           ep: int) -> None:
     """Per phase and rank: where the wall time went (compute-bound, memory-bound, communication, memcpy,
     launch-bound idle), top kernels with their roofline bound and efficiency, and a one-line bottleneck."""
     prof = load_any(profile)
@@ -35,3 +40,5 @@ def report(profile: str, as_json: bool, phase: str | None, rank: int | None, top
         echo_json(result.to_dict())
     elif markdown_file != "-":
         render_report(result, console())
+    if check and result.checks.get("status") == "fail":
+        ctx.exit(1)

@@ -16,8 +16,10 @@ from mmprof.render.text.shapes import render_shapes
 
 
 @click.command("shapes")
-@click.option("--tp", type=int, default=None, help="Tensor-parallel size (default 8 analytic; from the profile's meta with --profile).")
-@click.option("--ep", type=int, default=1, show_default=True, help="Expert-parallel size: 1 (TP-MoE) or equal to --tp.")
+@click.option("--tp", type=click.IntRange(min=1), default=None,
+              help="Tensor-parallel size (default 8 analytic, 2 live; from the profile's meta with --profile).")
+@click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Expert-parallel size: 1 (TP-MoE) or equal to --tp.")
 @click.option("--model", "model", default=None, help="m3 (default), another runtime preset, or a config.json / checkpoint dir.")
 @click.option("--batch", type=click.IntRange(1), default=None, help="Sequences (default 1 analytic, 2 live).")
 @click.option("--seq", type=click.IntRange(1), default=None, help="Context / prompt length (default 1024 analytic, 64 live).")

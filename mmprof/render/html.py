@@ -1,8 +1,10 @@
 """One self-contained HTML file for a diff (and a report): inline CSS and inline SVG plots, no script, no network.
 
 Plots: before/after stacked category bars, time per layer (before vs after), and the top matched-work deltas.
-Every string from a trace passes through `html.escape(..., quote=True)` (element text and attribute values alike),
-so a kernel called `<script>alert(1)</script>` is shown as text and never runs.
+Every string from a trace passes through `mmprof.render.safe.visible` (control characters shown as escapes) and
+`html.escape(..., quote=True)` (element text and attribute values alike), so a kernel called
+`<script>alert(1)</script>` is shown as text and never runs; the page's Content-Security-Policy forbids scripts
+anyway. Kernel names show as display names, the full name on hover (`title`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from html import escape as _esc
 
 from mmprof.analysis.timeline import CATEGORIES, LABELS
+from mmprof.render.safe import visible
 from mmprof.units import fmt_ns, fmt_pct
 
 COLORS = {"compute_bound": "#d62728", "memory_bound": "#1f77b4", "unattributed": "#9e9e9e",
@@ -22,7 +25,7 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}td:first-child,th:f
 
 
 def e(s: object) -> str:
-    return _esc(str(s), quote=True)
+    return _esc(visible(s), quote=True)
 
 
 def _page(title: str, body: list[str]) -> str:
@@ -160,7 +163,7 @@ def report_html(report, top: int = 15) -> str:
                                                        for p in report.per_rank if p.phase == ph.phase]
         body.append(_stacked(rows))
         body.append(_table(["kernel", "family", "calls", "time", "share", "bound", "efficiency"], [
-            [f"<code>{e(k.name)}</code>", e(k.family), e(k.count), e(fmt_ns(k.time_ns)), e(fmt_pct(k.share)),
+            [f'<code title="{e(k.name)}">{e(k.display_name)}</code>', e(k.family), e(k.count), e(fmt_ns(k.time_ns)), e(fmt_pct(k.share)),
              e(k.bound), e(fmt_pct(k.efficiency))] for k in ph.top_kernels[:top]]))
     body.append(f"<p>{e(report.checks.get('summary', 'checks: not available'))}</p>")
     body += [f'<p class="note">note: {e(n)}</p>' for n in report.notes]

@@ -3,6 +3,10 @@
 classname = the spec id plus the rule code (e.g. `mmprof-reference-fast.FP003`), name = the assertion id.
 A failed assertion is a <failure> (message + evidence lines); "no evidence" is an <error>, because a gate
 that could not judge is not a pass. Every test case also carries its evidence in <system-out>.
+
+Every string from the profile or the spec goes through `mmprof.render.safe.visible` first: control characters
+(which XML 1.0 cannot carry) and bidi overrides become visible escapes, so the document stays well-formed and a
+name cannot fake a line of the report.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mmprof.fileio import atomic_write
+from mmprof.render.safe import visible as v
 
 
 def to_xml(result: Any, suite_name: str = "mmprof.verify-fastpath") -> bytes:
@@ -20,24 +25,24 @@ def to_xml(result: Any, suite_name: str = "mmprof.verify-fastpath") -> bytes:
     counts = result.counts()
     suites = ET.Element("testsuites", name=suite_name, tests=str(len(result.results)),
                         failures=str(counts["fail"]), errors=str(counts["no_evidence"]))
-    suite = ET.SubElement(suites, "testsuite", name=result.spec_id, tests=str(len(result.results)),
+    suite = ET.SubElement(suites, "testsuite", name=v(result.spec_id), tests=str(len(result.results)),
                           failures=str(counts["fail"]), errors=str(counts["no_evidence"]), skipped="0", time="0")
     props = ET.SubElement(suite, "properties")
-    for k, v in (("spec_source", result.spec_source), ("profile", result.profile or ""), ("events_source", result.source),
-                 ("events", str(result.events)), ("attributed", str(result.attributed)),
-                 ("exit_code", str(result.exit_code))):
-        ET.SubElement(props, "property", name=k, value=v)
+    for k, val in (("spec_source", result.spec_source), ("profile", result.profile or ""),
+                   ("events_source", result.source), ("events", str(result.events)),
+                   ("attributed", str(result.attributed)), ("exit_code", str(result.exit_code))):
+        ET.SubElement(props, "property", name=k, value=v(val))
     for r in result.results:
-        case = ET.SubElement(suite, "testcase", classname=f"{result.spec_id}.{r.code}", name=r.id, time="0")
-        body = "\n".join([r.message, *r.evidence])
+        case = ET.SubElement(suite, "testcase", classname=v(f"{result.spec_id}.{r.code}"), name=v(r.id), time="0")
+        body = "\n".join(v(x) for x in [r.message, *r.evidence])  # one line per item: a name cannot add one
         if r.status == "fail":
-            el = ET.SubElement(case, "failure", message=f"{r.code} {r.message}"[:1000], type=r.code)
+            el = ET.SubElement(case, "failure", message=v(f"{r.code} {r.message}")[:1000], type=v(r.code))
             el.text = body
         elif r.status == "no_evidence":
-            el = ET.SubElement(case, "error", message=f"{r.code} no evidence: {r.message}"[:1000], type="NoEvidence")
+            el = ET.SubElement(case, "error", message=v(f"{r.code} no evidence: {r.message}")[:1000], type="NoEvidence")
             el.text = body
         out = ET.SubElement(case, "system-out")
-        out.text = "\n".join(x for x in [r.description, body] if x)
+        out.text = "\n".join(x for x in [v(r.description or ""), body] if x)
     ET.indent(suites)
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 

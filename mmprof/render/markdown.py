@@ -1,20 +1,22 @@
 """Markdown for a pull-request comment: `mmprof diff --markdown FILE` (and the report, for completeness).
 
-Trace strings are escaped twice over: HTML-significant characters become entities (GitHub renders inline HTML)
-and Markdown punctuation is backslash-escaped, so a kernel name can neither inject markup nor break a table.
+Trace strings are escaped three times over: control characters become visible escapes (`mmprof.render.safe`),
+HTML-significant characters become entities (GitHub renders inline HTML) and Markdown punctuation is
+backslash-escaped, so a kernel name can neither inject markup, nor break a table, nor start a line of its own.
 """
 
 from __future__ import annotations
 
 import re
 
+from mmprof.render.safe import visible
 from mmprof.units import fmt_ns, fmt_pct
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-!|~])")
 
 
 def md_escape(s: object) -> str:
-    text = str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ").replace("\r", " ")
+    text = visible(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
@@ -77,7 +79,7 @@ def report_markdown(report, top: int = 10) -> str:
     for ph in report.phases:
         lines += [f"**{md_escape(ph.phase)}**: {md_escape(ph.bottleneck)} (step {fmt_ns(ph.step.median_ns)})", ""]
         lines += _table(["kernel", "family", "time", "share", "bound", "efficiency"],
-                        [[md_escape(_short(k.name)), md_escape(k.family), fmt_ns(k.time_ns), fmt_pct(k.share),
+                        [[md_escape(_short(k.display_name)), md_escape(k.family), fmt_ns(k.time_ns), fmt_pct(k.share),
                           k.bound, fmt_pct(k.efficiency)] for k in ph.top_kernels[:top]])
         lines.append("")
     lines.append(md_escape(report.checks.get("summary", "checks: not available")))

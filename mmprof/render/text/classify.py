@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
-from rich.table import Table
+from rich.padding import Padding
+from rich.text import Text
 
 from mmprof.analysis.coverage import Coverage
+from mmprof.render.safe import cell, markup
+from mmprof.render.text.layout import Col, fit_table
 
 
 def render_coverage(cov: Coverage, con, top: int = 25, show_unclassified: bool = False) -> None:
@@ -16,49 +18,46 @@ def render_coverage(cov: Coverage, con, top: int = 25, show_unclassified: bool =
               f"[{'red' if cov.unclassified_share > 0.05 else 'green'}]{100 * cov.unclassified_share:.2f}%[/] of time "
               f"({len(cov.unclassified)} names)")
     for title, rows, key in (("by family", cov.by_family, "family"), ("by library", cov.by_library, "library")):
-        t = Table(title=title, title_justify="left")
-        t.add_column(key)
-        for col in ("count", "ms", "share"):
-            t.add_column(col, justify="right")
-        for r in rows[:top]:
-            t.add_row(escape(str(r[key])), f"{r['count']:,}", f"{r['time_ns'] / 1e6:,.3f}", f"{100 * r['share']:.1f}%")
-        con.print(t)
+        cols = [Col(key, keep=10, fold=True, min=12), Col("count", "right", keep=6), Col("ms", "right", keep=9),
+                Col("share", "right", keep=8)]
+        cells = [[str(r[key]), f"{r['count']:,}", f"{r['time_ns'] / 1e6:,.3f}", f"{100 * r['share']:.1f}%"]
+                 for r in rows[:top]]
+        con.print(fit_table(con, cols, cells, title=title))
     if show_unclassified:
-        t = Table(title="unclassified names", title_justify="left")
-        t.add_column("name", overflow="fold")
-        t.add_column("count", justify="right")
-        t.add_column("ms", justify="right")
-        for r in cov.unclassified[:top]:
-            t.add_row(escape(r["name"]), f"{r['count']:,}", f"{r['time_ns'] / 1e6:,.3f}")
-        con.print(t)
+        if not cov.unclassified:
+            con.print("unclassified names: none")
+            return
+        cols = [Col("name", name=True, keep=10, min=24), Col("count", "right", keep=6), Col("ms", "right", keep=9)]
+        cells = [[r["name"], f"{r['count']:,}", f"{r['time_ns'] / 1e6:,.3f}"] for r in cov.unclassified[:top]]
+        con.print(fit_table(con, cols, cells, title="unclassified names (display names; --json has the full ones)"))
 
 
 def render_lookups(rows: list[dict[str, Any]], con) -> None:
     for r in rows:
-        con.print(f"{escape(r['name'])}\n  -> family={r['family']} variant={escape(str(r['variant']))} "
-                  f"library={r['library']} path={r['path']} rule={r['rule'] or '(unclassified)'}")
+        con.print(cell(r["name"]))
+        if r.get("display_name") and r["display_name"] != r["name"]:
+            con.print(Padding(cell(f"display name: {r['display_name']}"), (0, 0, 0, 2)))
+        con.print(Padding(cell(f"-> family={r['family']} variant={r['variant']} library={r['library']} "
+                               f"path={r['path']} rule={r['rule'] or '(unclassified)'}"), (0, 0, 0, 2)))
 
 
 def render_kernel_rules(rules, con) -> None:
-    t = Table(title=f"{len(rules)} classification rules, in priority order", title_justify="left")
-    for col in ("id", "family", "variant", "library", "path", "description"):
-        t.add_column(col, overflow="fold")
-    for r in rules.rules:
-        t.add_row(r.id, r.family, escape(r.variant or ""), r.library or "", r.path, escape(r.description))
-    con.print(t)
+    cols = [Col("id", keep=10, fold=True, min=14), Col("family", keep=9, fold=True, min=10),
+            Col("variant", keep=6, fold=True, min=10), Col("library", keep=5, fold=True, min=8),
+            Col("path", keep=7), Col("description", keep=4, fold=True, min=24)]
+    cells = [[r.id, r.family, r.variant or "", r.library or "", r.path, r.description] for r in rules.rules]
+    con.print(fit_table(con, cols, cells, title=f"{len(rules)} classification rules, in priority order"))
 
 
 def render_checks(checks: list, con, verbose: bool = False) -> None:
     """The check registry: one row per code (FP and SH); with `verbose`, what / why / example / known problems."""
-    t = Table(title=f"{len(checks)} checks (stable codes)", title_justify="left")
-    for col in ("code", "name", "severity", "summary"):
-        t.add_column(col, overflow="fold", no_wrap=col in ("code",))
-    for c in checks:
-        t.add_row(c.code, c.name, c.severity, c.summary)
-    con.print(t)
+    cols = [Col("code", keep=10), Col("name", keep=7, fold=True, min=14), Col("severity", keep=5),
+            Col("summary", keep=9, fold=True, min=24)]
+    cells = [[c.code, c.name, c.severity, c.summary] for c in checks]
+    con.print(fit_table(con, cols, cells, title=f"{len(checks)} checks (stable codes)"))
     if verbose:
         for c in checks:
-            con.print(f"\n[bold]{c.code} {c.name}[/] ({c.status}, {c.severity})")
+            con.print(f"\n[bold]{markup(c.code)} {markup(c.name)}[/] ({markup(c.status)}, {markup(c.severity)})")
             for label, text in (("what", c.what), ("why", c.why), ("example", c.example),
                                 ("known problems", c.known_problems)):
-                con.print(f"  {label}: {text}")
+                con.print(Padding(Text.assemble((f"{label}: ", "bold"), cell(text)), (0, 0, 0, 2)))

@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rich.table import Table
+from rich.padding import Padding
+from rich.text import Text
+
+from mmprof.render.safe import markup
+from mmprof.render.text.layout import Col, fit_table
+
+
+def _line(con, indent: int, text: str) -> None:
+    """A markup line indented by `indent`, its wrapped continuation lines too (rich wraps to column 0 otherwise)."""
+    con.print(Padding(Text.from_markup(text), (0, 0, 0, indent)))
 
 
 def _x(v: float | None) -> str:
@@ -17,7 +26,7 @@ def _step_line(con, s, what: str) -> bool:
     if s is None:
         return False
     if s.data is None:
-        con.print(f"  {what}: [red]could not run[/] (exit {s.exit_code}): {s.message}")
+        _line(con, 2, f"{what}: [red]could not run[/] (exit {s.exit_code}): {markup(s.message)}")
         return False
     return True
 
@@ -25,18 +34,18 @@ def _step_line(con, s, what: str) -> bool:
 def render_demo(res, con) -> None:
     """Print a DemoResult (mmprof.capture.demo): the two runs, then what each command said about them."""
     con.rule("[bold]mmprof demo[/]: tiny MiniMax M3 on CPU, before vs after")
-    t = Table(title_justify="left")
-    for col, j in (("run", "left"), ("experts/shared/K", "left"), ("prefill tok/s", "right"),
-                   ("decode tok/s", "right"), ("profiler dilation", "right")):
-        t.add_column(col, justify=j)
+    cols = [Col("run", keep=10), Col("experts / shared / K", keep=8),
+            Col("prefill tok/s", "right", keep=9, wrap=True), Col("decode tok/s", "right", keep=9, wrap=True),
+            Col("profiler dilation", "right", keep=6, wrap=True)]
+    rows = []
     for label, run in res.runs.items():
         tok = run["tokens_per_s"]["plain"]
         sw = run["switches"]
-        t.add_row(label, f"{sw['moe_impl']}/{sw['shared_expert']}/K={sw['block_reuse']}", f"{tok['prefill']:,.0f}",
-                  f"{tok['decode']:,.1f}", _x(run["dilation"].get("full")))
-    con.print(t)
+        rows.append([label, f"{sw['moe_impl']} / {sw['shared_expert']} / K={sw['block_reuse']}",
+                     f"{tok['prefill']:,.0f}", f"{tok['decode']:,.1f}", _x(run["dilation"].get("full"))])
+    con.print(fit_table(con, cols, rows))
     for label, run in res.runs.items():
-        con.print(f"  {label}: {run['what']} -> {run['profile']}")
+        _line(con, 2, f"{markup(label)}: {markup(run['what'])} -> {markup(run['profile'])}")
     con.print(f"speed-up after/before (no profiler): prefill {_x(res.speedup.get('prefill'))}, "
               f"decode {_x(res.speedup.get('decode'))}")
     _render_summary(con, res)
@@ -44,7 +53,7 @@ def render_demo(res, con) -> None:
     _render_diff(con, res)
     _render_overlap(con, res)
     _render_shapes(con, res)
-    con.print(f"\nProfiles in {res.out_dir}/ (try: mmprof report {res.out_dir}/before.json.gz). "
+    con.print(f"\nProfiles in {markup(res.out_dir)}/ (try: mmprof report {markup(res.out_dir)}/before.json.gz). "
               f"Demo took {res.seconds:.0f} s.")
 
 
@@ -57,9 +66,9 @@ def _render_summary(con, res) -> None:
         try:
             r0 = s.data["ranks"][0]
             tops = ", ".join(f"{o['name']} {o['self_ns'] / 1e6:,.0f} ms" for o in r0["top_ops"][:4])
-            con.print(f"  {label}: {tops}")
+            _line(con, 2, f"{label}: {markup(tops)}")
         except (KeyError, IndexError, TypeError) as e:
-            con.print(f"  {label}: [dim]summary output not understood ({e!r})[/]")
+            _line(con, 2, f"{label}: [dim]summary output not understood ({markup(repr(e))})[/]")
 
 
 def _render_verify(con, res) -> None:
@@ -69,13 +78,13 @@ def _render_verify(con, res) -> None:
         if not _step_line(con, s, f"verify-fastpath {label}"):
             continue
         d = s.data
-        verdict = {"pass": "[green]PASS[/]", "fail": "[red]FAIL[/]"}.get(d.get("status"), str(d.get("status")).upper())
+        verdict = {"pass": "[green]PASS[/]", "fail": "[red]FAIL[/]"}.get(d.get("status"), markup(str(d.get("status")).upper()))
         c = d.get("counts", {})
-        con.print(f"  {label}: {verdict} (exit {s.exit_code}): {c.get('pass', '?')} passed, {c.get('fail', '?')} failed, "
+        _line(con, 2, f"{label}: {verdict} (exit {s.exit_code}): {c.get('pass', '?')} passed, {c.get('fail', '?')} failed, "
                   f"{c.get('no_evidence', '?')} without evidence")
         for r in d.get("results", []):
             if r.get("status") not in ("pass", None):
-                con.print(f"    {r.get('code')} {r.get('id')}: {r.get('message')}")
+                _line(con, 4, f"{markup(r.get('code'))} {markup(r.get('id'))}: {markup(r.get('message'))}")
 
 
 def _render_diff(con, res) -> None:
@@ -84,12 +93,12 @@ def _render_diff(con, res) -> None:
     if not _step_line(con, s, "diff"):
         return
     d = s.data
-    con.print(f"  verdict (from the profiled runs): [bold]{d.get('verdict')}[/]")
+    _line(con, 2, f"verdict (from the profiled runs): [bold]{markup(d.get('verdict'))}[/]")
     if d.get("plain"):  # the profiler stretches step times; the plain timing is the one to trust for speed
-        con.print(f"  {d['plain']['text']}")
-    con.print("  kernel paths that changed, per region:")
+        _line(con, 2, f"{markup(d['plain']['text'])}")
+    _line(con, 2, "kernel paths that changed, per region:")
     for p in (d.get("path_changes") or [])[:6]:
-        con.print(f"    {p.get('summary') or _path_change(p)}")
+        _line(con, 4, f"{markup(p.get('summary') or _path_change(p))}")
 
 
 def _path_change(p: dict[str, Any]) -> str:
@@ -102,16 +111,16 @@ def _render_overlap(con, res) -> None:
     con.rule("is block-selection reuse safe? (adjacent sparse layers' selections)")
     o = res.overlap or {}
     if "error" in o:
-        con.print(f"  could not measure: {o['error']}")
+        _line(con, 2, f"could not measure: {markup(o['error'])}")
         return
     pairs = ", ".join(f"{a}->{b} {f:.0%}" for (a, b), f in zip(o["pairs"], o["shared_fraction"]))
-    con.print(f"  share of a layer's blocks the next sparse layer also picks: {pairs} "
+    _line(con, 2, f"share of a layer's blocks the next sparse layer also picks: {pairs} "
               f"(mean {o['mean_shared_fraction']:.0%}, Jaccard {o['mean_jaccard']:.2f}; "
               f"{o['n_selected']} of {o['n_blocks_total']} blocks selected)")
     if o["safe"]:
-        con.print(f"  [green]reuse looks safe[/]: adjacent layers keep >= {o['threshold']:.0%} of the blocks")
+        _line(con, 2, f"[green]reuse looks safe[/]: adjacent layers keep >= {o['threshold']:.0%} of the blocks")
     else:
-        con.print(f"  [yellow]reuse changes what attention sees[/]: adjacent layers share under {o['threshold']:.0%} of "
+        _line(con, 2, f"[yellow]reuse changes what attention sees[/]: adjacent layers share under {o['threshold']:.0%} of "
                   "their blocks here (random tiny weights); check accuracy on the real checkpoint before K > 1")
 
 
@@ -122,6 +131,7 @@ def _render_shapes(con, res) -> None:
         return
     for f in s.data.get("findings") or []:
         msg = str(f.get("message", ""))
-        con.print(f"  {f.get('code')} {f.get('title')}: {msg[:150]}{'…' if len(msg) > 150 else ''}")
+        more = "…" if len(msg) > 150 else ""
+        _line(con, 2, f"{markup(f.get('code'))} {markup(f.get('title'))}: {markup(msg[:150])}{more}")
     if not s.data.get("findings"):
-        con.print("  no findings")
+        _line(con, 2, "no findings")

@@ -1,99 +1,102 @@
 """Rich rendering of `mmprof report` (Report) and `mmprof diff` (DiffResult) for the terminal.
 
-Every string taken from a trace goes through `rich.markup.escape`, so a kernel named like markup cannot restyle
-or hide output.
+Every string taken from a trace goes through `mmprof.render.safe` (markup escaped, control characters shown), so a
+kernel named like markup or like a terminal escape cannot restyle, hide or fake output. Tables fit the console's
+width (`mmprof.render.text.layout`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
-from rich.table import Table
+from rich.padding import Padding
+from rich.text import Text
 
-from mmprof.analysis.timeline import CATEGORIES
-from mmprof.units import fmt_ns, fmt_pct
+from mmprof.analysis.timeline import CATEGORIES, LABELS
+from mmprof.render.safe import cell, markup
+from mmprof.render.text.layout import Col, fit_table
+from mmprof.units import fmt_ns, fmt_pct, fmt_si
 
 TOP_ROWS = 12
-SHORT = {"compute_bound": "compute", "memory_bound": "memory", "unattributed": "unattrib.",
-         "communication": "comm exposed", "memcpy": "memcpy", "idle_host": "idle host", "idle_other": "idle other"}
 
 
-def _short(s: str, n: int = 70) -> str:
-    return s if len(s) <= n else s[: n - 3] + "..."
+def _f(v: float | None, fmt: str) -> str:
+    return "-" if v is None else fmt.format(v)
 
 
 def render_report(report, console) -> None:
     """Print a Report: per phase a breakdown by rank, the bottleneck line, top kernels, launch verdict."""
-    devs = ", ".join(f"rank {r}: {escape(n) if n else 'no peak (no roofline)'}" for r, n in sorted(report.devices.items()))
-    console.print(f"[bold]mmprof report[/bold]  events: {report.source}  devices: {devs or '-'}")
+    devs = ", ".join(f"rank {r}: {markup(n) if n else 'no peak (no roofline)'}"
+                     for r, n in sorted(report.devices.items()))
+    console.print(f"[bold]mmprof report[/bold]  events: {markup(report.source)}  devices: {devs or '-'}")
     for n in report.notes:
-        console.print(f"[dim]note: {escape(n)}[/dim]")
+        console.print(f"[dim]note: {markup(n)}[/dim]")
     for ph in report.phases:
         console.print()
-        console.print(f"[bold]{escape(ph.bottleneck)}[/bold]")
+        console.print(f"[bold]{markup(ph.bottleneck)}[/bold]")
         st = ph.step
-        console.print(f"  step time {fmt_ns(st.median_ns)} (median of {st.steps}; {escape(st.method)})")
-        rows = [ph] + [p for p in report.per_rank if p.phase == ph.phase]
-        t = Table(title=f"{ph.phase}: share of wall time (host = waiting for launches)", title_justify="left")
-        t.add_column("rank")
-        t.add_column("wall", justify="right")
-        for c in CATEGORIES:
-            t.add_column(SHORT[c], justify="right")
-        t.add_column("comm overlapped", justify="right")
-        for p in rows:
-            b = p.breakdown
-            ov = b.comm_overlapped_ns / b.comm_total_ns if b.comm_total_ns else None
-            t.add_row("all" if p.rank is None else str(p.rank), fmt_ns(b.span_ns),
-                      *(fmt_pct(b.share(c)) for c in CATEGORIES), fmt_pct(ov))
-        console.print(t)
-        k = Table(title=f"{ph.phase}: top kernels", title_justify="left")
-        for col, just in (("kernel", "left"), ("family", "left"), ("calls", "right"), ("time", "right"),
-                          ("share", "right"), ("bound", "left"), ("FLOP/B", "right"), ("efficiency", "right"),
-                          ("TFLOP/s", "right"), ("TB/s", "right")):
-            k.add_column(col, justify=just, overflow="fold" if col == "kernel" else "ellipsis")
-        for r in ph.top_kernels:
-            k.add_row(escape(_short(r.name)), escape(r.family), str(r.count), fmt_ns(r.time_ns), fmt_pct(r.share),
-                      r.bound, "-" if r.intensity is None else f"{r.intensity:.1f}", fmt_pct(r.efficiency),
-                      "-" if r.tflops is None else f"{r.tflops:.1f}",
-                      "-" if r.tbs is None else f"{r.tbs:.2f}")
-        console.print(k)
+        console.print(f"  step time {fmt_ns(st.median_ns)} (median of {st.steps}; {markup(st.method)})")
+        _breakdown(console, ph, [p for p in report.per_rank if p.phase == ph.phase])
+        cols = [Col("kernel" if report.source == "kernels" else "op", name=True, keep=10, min=22), Col("family", keep=7),
+                Col("calls", "right", keep=4),
+                Col("time", "right", keep=9), Col("share", "right", keep=8), Col("bound, % of peak", keep=6, wrap=True),
+                Col("FLOP/B", "right", keep=1), Col("FLOP/s", "right", keep=2), Col("B/s", "right", keep=2)]
+        rows = [[r.name, r.family, f"{r.count:,}", fmt_ns(r.time_ns), fmt_pct(r.share),
+                 r.bound + ("" if r.efficiency is None else f" {fmt_pct(r.efficiency)}"),
+                 _f(r.intensity, "{:,.1f}"), fmt_si(None if r.tflops is None else r.tflops * 1e12),
+                 fmt_si(None if r.tbs is None else r.tbs * 1e12)]
+                for r in ph.top_kernels]
+        console.print(fit_table(console, cols, rows, title=f"{ph.phase}: top kernels"))
         if ph.launch:
             L = ph.launch
-            console.print(f"  launch: {L.verdict} ({escape(L.reason)}); launch-to-start p50 {fmt_ns(L.delay_p50_ns)}, "
-                          f"p90 {fmt_ns(L.delay_p90_ns)}; {L.short_kernels} kernels shorter than their launch call; "
-                          f"launches per step {'-' if L.launches_per_step is None else f'{L.launches_per_step:.0f}'}")
+            console.print(f"  launch: {markup(L.verdict)} ({markup(L.reason)}); launch-to-start p50 "
+                          f"{fmt_ns(L.delay_p50_ns)}, p90 {fmt_ns(L.delay_p90_ns)}, p99 {fmt_ns(L.delay_p99_ns)}; "
+                          f"{L.short_kernels} kernels shorter than their launch call; launches per step "
+                          f"{'-' if L.launches_per_step is None else f'{L.launches_per_step:.0f}'}")
     console.print()
-    console.print(escape(report.checks.get("summary", "checks: not available")))
+    console.print(markup(report.checks.get("summary", "checks: not available")))
     for w in report.warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(w)}")
+        console.print(f"[yellow]warning:[/yellow] {markup(w)}")
+
+
+def _breakdown(console, ph, per_rank: list) -> None:
+    """Categories as rows, all ranks and each rank as columns (later ranks drop first when the table is too wide)."""
+    sides = [("all ranks", ph.breakdown)] + [(f"rank {p.rank}", p.breakdown) for p in per_rank]
+    cols = [Col("share of wall time", keep=10, wrap=True)] + [
+        Col(label, "right", keep=10 if i == 0 else max(8 - i, 1), wrap=True) for i, (label, _) in enumerate(sides)]
+    rows = [["wall time"] + [fmt_ns(b.span_ns) for _, b in sides]]
+    rows += [[LABELS[c]] + [fmt_pct(b.share(c)) for _, b in sides] for c in CATEGORIES]
+    rows.append(["communication overlapped with compute"]
+                + [fmt_pct(b.comm_overlapped_ns / b.comm_total_ns if b.comm_total_ns else None) for _, b in sides])
+    console.print(fit_table(console, cols, rows, title=f"{ph.phase}: where the wall time went",
+                            sections=(0,)))
 
 
 def render_diff(d, console) -> None:
     """Print a DiffResult: verdict, step times, categories, path changes, top deltas."""
-    console.print(f"[bold]mmprof diff[/bold]  {escape(d.before)} -> {escape(d.after)}  phase: {escape(d.phase)}"
+    console.print(f"[bold]mmprof diff[/bold]  {markup(d.before)} -> {markup(d.after)}  phase: {markup(d.phase)}"
                   + (f"  rank: {d.rank}" if d.rank is not None else ""))
-    console.print(f"[bold]verdict:[/bold] {escape(d.verdict)}")
+    console.print(f"[bold]verdict:[/bold] {markup(d.verdict)}")
     for n in d.notes:
-        console.print(f"[dim]note: {escape(n)}[/dim]")
-    t = Table(title="step time", title_justify="left")
-    for c in ("phase", "before", "after", "change", "steps before", "steps after"):
-        t.add_column(c, justify="left" if c == "phase" else "right")
-    for s in d.steps:
-        t.add_row(escape(s.phase), fmt_ns(s.before_ns), fmt_ns(s.after_ns), fmt_pct(s.change, True),
-                  str(s.before_steps), str(s.after_steps))
-    console.print(t)
-    t = Table(title=f"{d.phase}: share of wall time", title_justify="left")
-    for c in ("category", "before", "after", "delta"):
-        t.add_column(c, justify="left" if c == "category" else "right")
+        console.print(f"[dim]note: {markup(n)}[/dim]")
+    cols = [Col("phase", keep=10), Col("before", "right", keep=10), Col("after", "right", keep=10),
+            Col("change", "right", keep=9), Col("steps before", "right", keep=3, wrap=True),
+            Col("steps after", "right", keep=3, wrap=True)]
+    rows = [[s.phase, fmt_ns(s.before_ns), fmt_ns(s.after_ns), fmt_pct(s.change, True), str(s.before_steps),
+             str(s.after_steps)] for s in d.steps]
+    console.print(fit_table(console, cols, rows, title="step time"))
+    cols = [Col("category", keep=10, wrap=True), Col("before", "right", keep=10), Col("after", "right", keep=10),
+            Col("delta", "right", keep=9)]
+    rows = []
     for c in d.categories:
         style = "bold" if c.category in d.dominant else ""
-        t.add_row(c.label, fmt_pct(c.before_share), fmt_pct(c.after_share), f"{c.delta_pp:+.1f} pp", style=style)
-    console.print(t)
+        rows.append([Text(x, style=style) for x in (c.label, fmt_pct(c.before_share), fmt_pct(c.after_share),
+                                                     f"{c.delta_pp:+.1f} pp")])
+    console.print(fit_table(console, cols, rows, title=f"{d.phase}: share of wall time"))
     if d.path_changes:
         console.print("[bold]path changes[/bold] (kernel variants that vanished / appeared, per region):")
         for p in d.path_changes[:TOP_ROWS]:
-            console.print(f"  {escape(p.summary)}")
+            console.print(Padding(cell(p.summary), (0, 0, 0, 2)))  # wrapped lines keep the indent
         if len(d.path_changes) > TOP_ROWS:
             console.print(f"  ... {len(d.path_changes) - TOP_ROWS} more (see --json)")
     else:
@@ -104,22 +107,20 @@ def render_diff(d, console) -> None:
     _delta_table(console, f"by layer, time {unit}", d.by_layer)
     _delta_table(console, "by rank: median step time", d.by_rank)
     for w in d.warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(w)}")
+        console.print(f"[yellow]warning:[/yellow] {markup(w)}")
 
 
 def _delta_table(console, title: str, rows: list[Any], detail: bool = False) -> None:
     if not rows:
         return
-    t = Table(title=title, title_justify="left")
-    t.add_column("key")
-    for c in ("before", "after", "delta", "change"):
-        t.add_column(c, justify="right")
+    cols = [Col("key", keep=10, wrap=True, max=40), Col("before", "right", keep=8), Col("after", "right", keep=8),
+            Col("delta", "right", keep=9), Col("change", "right", keep=5)]
     if detail:
-        t.add_column("variants before -> after", overflow="fold")
+        cols.append(Col("variants before -> after", keep=7, fold=True, min=18, max=60))
+    cells = []
     for r in rows[:TOP_ROWS]:
-        cells = [escape(_short(r.key)), fmt_ns(r.before_ns), fmt_ns(r.after_ns), fmt_ns(r.delta_ns),
-                 fmt_pct(r.change, True)]
+        c = [r.key, fmt_ns(r.before_ns), fmt_ns(r.after_ns), fmt_ns(r.delta_ns), fmt_pct(r.change, True)]
         if detail:
-            cells.append(escape(f"{r.before_detail or '-'} -> {r.after_detail or '-'}"))
-        t.add_row(*cells)
-    console.print(t)
+            c.append(f"{r.before_detail or '-'} -> {r.after_detail or '-'}")
+        cells.append(c)
+    console.print(fit_table(console, cols, cells, title=title))

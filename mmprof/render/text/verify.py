@@ -2,43 +2,47 @@
 
 from __future__ import annotations
 
-from rich.table import Table
+from rich.text import Text
 
+from mmprof.names import display_name
+from mmprof.render.safe import markup, visible
+from mmprof.render.text.layout import Col, fit_table
 from mmprof.units import fmt_ms
 
-_STYLE = {"pass": "[green]PASS[/]", "fail": "[red]FAIL[/]", "no_evidence": "[yellow]NO EVIDENCE[/]"}
+_STYLE = {"pass": ("PASS", "green"), "fail": ("FAIL", "red"), "no_evidence": ("NO EVIDENCE", "yellow")}
 
 
 def render_verify(result, con, verbose: bool = False, junit_path: str | None = None) -> None:
     """Print a VerifyResult: what ran per region, each assertion's verdict and evidence, the gate's verdict."""
     what = "kernels" if result.source == "kernels" else "CPU ops (no GPU kernels in this profile)"
-    con.print(f"[bold]spec[/] {result.spec_id} ({result.spec_source}); {result.events:,} {what}, "
+    con.print(f"[bold]spec[/] {markup(result.spec_id)} ({markup(result.spec_source)}); {result.events:,} {what}, "
               f"{result.attributed:,} attributed to regions")
     if result.regions:
-        t = Table(title="what ran per region (top variants by time)", title_justify="left")
-        t.add_column("region", no_wrap=True)
-        t.add_column("layers", justify="right")
-        t.add_column("family / variant", overflow="fold")
-        t.add_column("library", overflow="fold")
-        for col in ("count", "ms", "share"):
-            t.add_column(col, justify="right", no_wrap=True)
+        cols = [Col("region (layers)", keep=10, fold=True, min=14),
+                Col("family / variant", keep=10, fold=True, min=22), Col("library", keep=6, fold=True, min=8),
+                Col("count", "right", keep=4), Col("ms", "right", keep=8), Col("share", "right", keep=9)]
+        rows, sections = [], []
         for g in result.regions:
             for i, v in enumerate(g.variants):
-                fam = f"{v['family']} / {v['variant']}" + (" [red](fallback)[/]" if v["path"] == "fallback" else "")
-                t.add_row(g.region if i == 0 else "", (str(g.layers) if g.layers else "-") if i == 0 else "", fam, str(v["library"]),
-                          f"{v['count']:,}", fmt_ms(v["time_ns"]), f"{100 * v['share']:.0f}%")
-            t.add_section()
-        con.print(t)
-    a = Table(title="assertions", title_justify="left")
-    for col in ("code", "assertion", "result", "detail"):
-        a.add_column(col, overflow="fold")
+                fam = Text(visible(f"{v['family']} / {display_name(str(v['variant']), 40)}"))
+                if v["path"] == "fallback":
+                    fam.append(" (fallback)", style="red")
+                region = f"{g.region} ({g.layers})" if g.layers else g.region
+                rows.append([region if i == 0 else "", fam,
+                             str(v["library"]), f"{v['count']:,}", fmt_ms(v["time_ns"]), f"{100 * v['share']:.0f}%"])
+            sections.append(len(rows) - 1)
+        con.print(fit_table(con, cols, rows, title="what ran per region (top variants by time)", sections=sections))
+    cols = [Col("code", keep=10), Col("assertion", keep=8, fold=True, min=12), Col("result", keep=10),
+            Col("detail", keep=10, fold=True, min=24)]
+    rows = []
     for r in result.results:
-        detail = r.message
+        lines = [visible(r.message)]
         if r.evidence and (r.status != "pass" or verbose):
-            detail += "\n" + "\n".join(f"  - {e}" for e in r.evidence)
-        a.add_row(r.code, r.id, _STYLE[r.status], detail)
-    con.print(a)
+            lines += [f"  - {visible(e)}" for e in r.evidence]
+        label, style = _STYLE[r.status]
+        rows.append([r.code, r.id, Text(label, style=style), "\n".join(lines)])
+    con.print(fit_table(con, cols, rows, title="assertions"))
     c = result.counts()
     verdict = {0: "[green]PASS[/]", 1: "[red]FAIL[/]", 2: "[yellow]NO EVIDENCE[/] (never a pass)"}[result.exit_code]
     con.print(f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['no_evidence']} without evidence"
-              + (f"; JUnit written to {junit_path}" if junit_path else ""))
+              + (f"; JUnit written to {markup(junit_path)}" if junit_path else ""))

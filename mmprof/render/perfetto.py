@@ -1,0 +1,462 @@
+"""A profile as a Chrome trace / Perfetto JSON timeline, with mmprof's knowledge on every slice (`mmprof export`).
+
+The trace-event format (JSON object form: `{"traceEvents": [...]}`, times in microseconds) that Perfetto UI
+(ui.perfetto.dev) and chrome://tracing open:
+
+- per rank a process (`pid` = rank + 1, named `rank N (device)`); in it one track per CPU thread and one per GPU
+  stream (`tid`s numbered per process: CPU threads first, then streams, each named);
+- device events (kernels and copies, from the event frame `mmprof.analysis.events`) as complete slices (`X`) on
+  their stream, named by their display name (`mmprof.names`), with args: full name, family, variant, library,
+  path (fast / fallback / neutral), rule, region, layer, role, label source, bound, efficiency, phase, step,
+  graph (launched by a graph replay), and the collective with its bytes for communication kernels;
+- CPU ops, launch calls and scopes (annotations, nn.Module frames) as slices on their CPU thread (GPU-side ranges
+  on their stream; zero-length marks as instants); on a CPU run the outermost compute ops carry the same args as
+  kernels;
+- the timeline categories (`mmprof.analysis.timeline.category_segments`: compute-bound, memory-bound,
+  unattributed, communication, memcpy, idle host-bound, idle other) as counter tracks per rank, 1 while the
+  category holds the rank, 0 otherwise;
+- flow arrows (`s` / `f` with `bp: "e"`) from each launch call to the kernel or copy it launched.
+
+The document is written in pieces (never held whole in memory) to a temporary file, gzip-compressed when the name
+ends in `.gz`, then renamed into place. Strings are JSON-escaped by the encoder (orjson), so a name with control
+characters cannot break the document. A kernel's full name can be 1,000+ characters: with more than
+`FULL_NAMES_EVERY_MAX` device events (`full_names="auto"`), only the first slice of each name per rank carries it
+(the others say where), which keeps a 1M-kernel trace loadable.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import orjson
+
+from mmprof._version import __version__
+from mmprof.analysis.events import (
+    TABLE_KERNELS,
+    TABLE_MEMCPY,
+    EventFrame,
+    events_of,
+)
+from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY
+from mmprof.analysis.timeline import LABELS, category_segments
+from mmprof.errors import BadInput, NoEvidence
+from mmprof.names import display_name
+
+FULL_NAMES_EVERY_MAX = 200_000
+CHUNK = 50_000
+COUNTER = "timeline"          # counter tracks are named "timeline <category label>"
+FLOW = "launch"
+STREAM_TID0 = 10_000          # stream tracks after CPU threads within a process
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class ExportStats:
+    """What `export_trace` wrote."""
+
+    path: str
+    events: int
+    device_events: int
+    ops: int
+    launches: int
+    scopes: int
+    flows: int
+    counters: int
+    ranks: int
+    bytes: int
+    seconds: float
+    full_names: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Tracks:
+    """pid per rank and tid per CPU thread / GPU stream, with the metadata events naming them."""
+
+    def __init__(self, profile, ev: EventFrame):
+        self.meta: list[dict] = []
+        self.cpu: dict[tuple[int, int], int] = {}
+        self.gpu: dict[tuple[int, int, int], int] = {}
+        T = profile.tables
+        threads: dict[int, set] = {}
+        streams: dict[int, set] = {}
+        for table in ("ops", "launches"):
+            for r, t in set(zip(T[table]["rank"].tolist(), T[table]["tid"].tolist())):
+                threads.setdefault(r, set()).add(t)
+        S = T["scopes"]
+        for r, t, d, s in set(zip(S["rank"].tolist(), S["tid"].tolist(), S["device"].tolist(), S["stream"].tolist())):
+            if s >= 0 and t < 0:
+                streams.setdefault(r, set()).add((d, s))
+            else:
+                threads.setdefault(r, set()).add(t)
+        for table in ("kernels", "memcpy"):
+            for r, d, s in set(zip(T[table]["rank"].tolist(), T[table]["device"].tolist(), T[table]["stream"].tolist())):
+                streams.setdefault(r, set()).add((d, s))
+        self.ranks = sorted(set(threads) | set(streams) | set(profile.ranks))
+        for r in self.ranks:
+            pid = r + 1
+            devs = sorted({str(d.get("name")) for d in profile.rank_meta(r).get("devices") or [] if d.get("name")})
+            self._m("process_name", pid, None, name=f"rank {r}" + (f" ({', '.join(devs)})" if devs else ""))
+            self._m("process_sort_index", pid, None, sort_index=r)
+            for i, t in enumerate(sorted(threads.get(r, ()))):
+                self.cpu[(r, t)] = i + 1
+                self._m("thread_name", pid, i + 1, name=f"CPU thread {t}")
+                self._m("thread_sort_index", pid, i + 1, sort_index=i + 1)
+            for i, (d, s) in enumerate(sorted(streams.get(r, ()))):
+                tid = STREAM_TID0 + i
+                self.gpu[(r, d, s)] = tid
+                self._m("thread_name", pid, tid, name=f"GPU {d} stream {s}" if d >= 0 else f"stream {s}")
+                self._m("thread_sort_index", pid, tid, sort_index=tid)
+
+    def _m(self, what: str, pid: int, tid: int | None, **args) -> None:
+        e = {"ph": "M", "name": what, "pid": pid, "args": args}
+        if tid is not None:
+            e["tid"] = tid
+        self.meta.append(e)
+
+    def cpu_tids(self, rank: np.ndarray, tid: np.ndarray) -> np.ndarray:
+        return np.array([self.cpu[k] for k in zip(rank.tolist(), tid.tolist())], dtype=np.int64)
+
+    def gpu_tids(self, rank: np.ndarray, dev: np.ndarray, stream: np.ndarray) -> np.ndarray:
+        return np.array([self.gpu[k] for k in zip(rank.tolist(), dev.tolist(), stream.tolist())], dtype=np.int64)
+
+
+def _us(ns: np.ndarray, t0: int) -> list[float]:
+    """ns on the profile's clock -> microseconds from the trace's start, rounded to the nanosecond."""
+    return np.round((ns.astype(np.int64) - t0) / 1000.0, 3).tolist()
+
+
+def _t0(profile) -> int:
+    starts = [profile.tables[t]["start_ns"] for t in ("kernels", "ops", "launches", "memcpy", "scopes")
+              if profile.n(t)]
+    return int(min(int(s.min()) for s in starts)) if starts else 0
+
+
+def _static_args(ev: EventFrame, full_names: str) -> tuple[np.ndarray, list[dict], list[str]]:
+    """Per distinct (name, family, variant, library, path, rule): the display name and the classification args."""
+    p = ev.profile
+    cls = [np.asarray(getattr(ev, c).astype(object)) for c in ("family", "variant", "library", "path", "rule")]
+    keys = list(zip(ev.name.tolist(), *(c.tolist() for c in cls)))
+    uniq: dict[tuple, int] = {}
+    inv = np.fromiter((uniq.setdefault(k, len(uniq)) for k in keys), dtype=np.int64, count=len(keys))
+    static, names = [], []
+    for (nid, fam, var, lib, path, rule) in uniq:
+        full = p.string(int(nid)) or "?"
+        short = display_name(full)
+        a = {"display name": short}
+        if full != short:
+            a["full name"] = full
+        for k, v in (("family", fam), ("variant", var), ("library", lib), ("path", path), ("rule", rule)):
+            if v is not None and v == v:
+                a[k] = v
+        static.append(a)
+        names.append(short)
+    return inv, static, names
+
+
+def _device_args(ev: EventFrame, idx: np.ndarray) -> list[dict]:
+    """Per-event args of device events: region, layer, role, label source, bound, efficiency, phase, step, graph."""
+    p = ev.profile
+    roof = ev.roof
+    bound = np.where(roof.bound[idx] == BOUND_COMPUTE, "compute", np.where(roof.bound[idx] == BOUND_MEMORY,
+                                                                           "memory", ""))
+    eff = roof.efficiency[idx]
+    phase = [p.string(int(x)) if x >= 0 else None for x in ev.phase[idx].tolist()]
+    scope = [p.string(int(x)) if x >= 0 else None for x in ev.scope[idx].tolist()]
+    graph = np.zeros(len(idx), dtype=bool)
+    if ev.source == "kernels":
+        L = p.tables["launches"]
+        ref = np.full(len(idx), -1, dtype=np.int64)
+        for tbl, code in (("kernels", TABLE_KERNELS), ("memcpy", TABLE_MEMCPY)):
+            m = ev.table[idx] == code
+            ref[m] = p.tables[tbl]["launch"][ev.row[idx][m]]
+        ok = (ref >= 0) & (ref < p.n("launches"))
+        if ok.any():
+            lname = L["name"][ref[ok]]
+            gl = {i for i in np.unique(lname).tolist() if "graph" in (p.string(int(i)) or "").lower()}
+            graph[ok] = np.isin(lname, list(gl))
+    out = []
+    layer, step = ev.layer[idx].tolist(), ev.step[idx].tolist()
+    region, role, src = ev.region[idx].tolist(), ev.role[idx].tolist(), ev.label_source[idx].tolist()
+    for i in range(len(idx)):
+        a: dict[str, Any] = {}
+        if region[i] is not None:
+            a["region"] = region[i]
+        if layer[i] >= 0:
+            a["layer"] = layer[i]
+        if role[i] is not None:
+            a["role"] = role[i]
+        if src[i] is not None:
+            a["label source"] = src[i]
+        if bound[i]:
+            a["bound"] = bound[i]
+            if eff[i] == eff[i]:
+                a["efficiency"] = round(float(eff[i]), 4)
+        if phase[i] is not None:
+            a["phase"] = phase[i]
+        if step[i] >= 0:
+            a["step"] = step[i]
+        if scope[i] is not None:
+            a["scope"] = scope[i]
+        if graph[i]:
+            a["graph"] = True
+        out.append(a)
+    return out
+
+
+def _dumps(events: list[dict]) -> bytes:
+    return orjson.dumps(events)[1:-1] if events else b""
+
+
+def trace_chunks(profile, full_names: str = "auto", progress: Progress | None = None,
+                 stats: dict | None = None, cpu: bool = True) -> Iterator[bytes]:
+    """The trace document as byte pieces (see the module docstring); `stats` receives the counts. `cpu=False`
+    leaves out CPU ops, launch calls (and so the arrows) and CPU-side scopes: device tracks and counters only (on
+    a CPU run, the outermost compute ops stay), about half the size for very large profiles."""
+    if full_names not in ("auto", "every", "first"):
+        raise BadInput(f"full_names must be auto, every or first, not {full_names!r}")
+    ev = events_of(profile)
+    p = profile
+    T = p.tables
+    if not len(ev) and not p.n("ops") and not p.n("scopes"):
+        raise NoEvidence("the profile holds no kernels, copies, ops or annotations: nothing to put on a timeline")
+    policy = full_names if full_names != "auto" else ("every" if len(ev) <= FULL_NAMES_EVERY_MAX else "first")
+    t0 = _t0(p)
+    tracks = _Tracks(p, ev)
+    st = {"events": 0, "device_events": 0, "ops": 0, "launches": 0, "scopes": 0, "flows": 0, "counters": 0,
+          "ranks": len(tracks.ranks), "full_names": policy}
+    total = len(ev) + p.n("ops") + p.n("launches") + p.n("scopes")
+    done = 0
+
+    def tick(stage: str, n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(stage, done, total)
+
+    meta = {"mmprof": {"version": __version__, "source": p.meta.get("source", {}).get("format"),
+                       "device_events": ev.source, "t0_ns": t0, "full_names": policy, "cpu_tracks": cpu,
+                       "counters": f"'{COUNTER} <category>' is 1 while the category holds the rank "
+                                   "(mmprof.analysis.timeline)"}}
+    yield (b'{"displayTimeUnit":"ns","metadata":' + orjson.dumps(meta) + b',"traceEvents":[\n')
+    first = [True]
+
+    def piece(events: list[dict]) -> bytes:
+        st["events"] += len(events)
+        body = _dumps(events)
+        if not body:
+            return b""
+        out = body if first[0] else b",\n" + body
+        first[0] = False
+        return out
+
+    yield piece(tracks.meta)
+    # device events: kernels and copies on their streams (a CPU run's compute ops are annotated ops below)
+    frame_args: dict[int, dict] = {}
+    if len(ev) and ev.source == "kernels":
+        inv, static, short = _static_args(ev, policy)
+        seen: set[tuple[int, int]] = set()
+        for tbl, code in (("kernels", TABLE_KERNELS), ("memcpy", TABLE_MEMCPY)):
+            sel = np.flatnonzero(ev.table == code)
+            rows = ev.row[sel]
+            tids = tracks.gpu_tids(ev.rank[sel], T[tbl]["device"][rows], ev.stream[sel])
+            coll = _collectives(p) if code == TABLE_KERNELS else {}
+            for lo in range(0, len(sel), CHUNK):
+                idx = sel[lo:lo + CHUNK]
+                dyn = _device_args(ev, idx)
+                ts, dur = _us(ev.start[idx], t0), np.round(np.maximum(ev.dur[idx], 0) / 1000.0, 3).tolist()
+                ranks, u = ev.rank[idx].tolist(), inv[idx].tolist()
+                out = []
+                for i in range(len(idx)):
+                    a = dict(static[u[i]])
+                    a.update(dyn[i])
+                    if "full name" in a and policy == "first":
+                        key = (ranks[i], u[i])
+                        if key in seen:
+                            a["full name"] = "(on the first slice of this name in this process)"
+                        else:
+                            seen.add(key)
+                    c = coll.get(int(rows[lo + i])) if coll else None
+                    if c:
+                        a.update(c)
+                    out.append({"ph": "X", "name": short[u[i]], "cat": a.get("family", "kernel"), "pid": ranks[i] + 1,
+                                "tid": int(tids[lo + i]), "ts": ts[i], "dur": dur[i], "args": a})
+                st["device_events"] += len(out)
+                tick("device events", len(out))
+                yield piece(out)
+    elif len(ev):
+        inv, static, _ = _static_args(ev, policy)
+        dyn = _device_args(ev, np.arange(len(ev)))
+        for i, row in enumerate(ev.row.tolist()):
+            a = dict(static[inv[i]])
+            a.update(dyn[i])
+            a.pop("full name", None)  # an op's name is its full name
+            frame_args[row] = a
+        st["device_events"] = len(frame_args)
+    # CPU ops
+    O = T["ops"]
+    op_rows = np.arange(p.n("ops")) if cpu else np.array(sorted(frame_args), dtype=np.int64)
+    if len(op_rows):
+        tids = tracks.cpu_tids(O["rank"], O["tid"])
+        for lo in range(0, len(op_rows), CHUNK):
+            r = op_rows[lo:lo + CHUNK]
+            ts, dur = _us(O["start_ns"][r], t0), np.round(np.maximum(O["dur_ns"][r], 0) / 1000.0, 3).tolist()
+            out = []
+            for i, row in enumerate(r.tolist()):
+                a = frame_args.get(row)
+                a = dict(a) if a else {}
+                dims, types = O["input_dims"][row], O["input_types"][row]
+                if dims >= 0 and p.strings[dims] not in ("", "[]"):
+                    a["shapes"] = p.strings[dims]
+                    if types >= 0:
+                        a["dtypes"] = p.strings[types]
+                out.append({"ph": "X", "name": p.string(int(O["name"][row])) or "?",
+                            "cat": "op" if row not in frame_args else f"op,{a.get('family', '')}",
+                            "pid": int(O["rank"][row]) + 1, "tid": int(tids[row]), "ts": ts[i], "dur": dur[i],
+                            **({"args": a} if a else {})})
+            st["ops"] += len(out)
+            tick("CPU ops", len(out))
+            yield piece(out)
+    # launch calls with their flow arrows to the kernels and copies they launched
+    L = T["launches"]
+    if p.n("launches") and cpu:
+        tids = tracks.cpu_tids(L["rank"], L["tid"])
+        ts_all = _us(L["start_ns"], t0)
+        dur_all = np.round(np.maximum(L["dur_ns"], 0) / 1000.0, 3).tolist()
+        names = {i: p.string(int(i)) or "launch" for i in np.unique(L["name"]).tolist()}
+        targets = _launch_targets(p, tracks, t0)
+        flow_id = 0
+        for lo in range(0, p.n("launches"), CHUNK):
+            out = []
+            for row in range(lo, min(lo + CHUNK, p.n("launches"))):
+                pid, tid = int(L["rank"][row]) + 1, int(tids[row])
+                out.append({"ph": "X", "name": names[int(L["name"][row])], "cat": "launch", "pid": pid, "tid": tid,
+                            "ts": ts_all[row], "dur": dur_all[row]})
+                for kpid, ktid, kts in targets.get(row, ()):
+                    flow_id += 1
+                    out.append({"ph": "s", "name": FLOW, "cat": FLOW, "id": flow_id, "pid": pid, "tid": tid,
+                                "ts": ts_all[row]})
+                    out.append({"ph": "f", "bp": "e", "name": FLOW, "cat": FLOW, "id": flow_id, "pid": kpid,
+                                "tid": ktid, "ts": kts})
+            st["launches"] += min(lo + CHUNK, p.n("launches")) - lo
+            tick("launches", min(lo + CHUNK, p.n("launches")) - lo)
+            yield piece(out)
+        st["flows"] = flow_id
+    # scopes: annotations and module frames on their CPU thread (GPU-side ranges on their stream)
+    S = T["scopes"]
+    gpu = (S["stream"] >= 0) & (S["tid"] < 0)
+    if p.n("scopes") and (cpu or gpu.any()):
+        ts_all, dur_all = _us(S["start_ns"], t0), np.round(np.maximum(S["dur_ns"], 0) / 1000.0, 3).tolist()
+        src = {i: p.string(int(i)) for i in np.unique(S["source"]).tolist()}
+        for lo in range(0, p.n("scopes"), CHUNK):
+            out = []
+            for row in range(lo, min(lo + CHUNK, p.n("scopes"))):
+                if not cpu and not gpu[row]:
+                    continue
+                r = int(S["rank"][row])
+                tid = (tracks.gpu[(r, int(S["device"][row]), int(S["stream"][row]))] if gpu[row]
+                       else tracks.cpu[(r, int(S["tid"][row]))])
+                e = {"ph": "X" if dur_all[row] > 0 else "i", "name": p.string(int(S["name"][row])) or "?",
+                     "cat": f"scope,{src[int(S['source'][row])] or 'annotation'}", "pid": r + 1, "tid": tid,
+                     "ts": ts_all[row]}
+                if dur_all[row] > 0:
+                    e["dur"] = dur_all[row]
+                else:
+                    e["s"] = "t"
+                out.append(e)
+            st["scopes"] += len(out)
+            tick("scopes", len(out))
+            yield piece(out)
+    # the timeline categories as counter tracks
+    if len(ev):
+        seg = category_segments(ev)
+        out = []
+        prev: dict[int, tuple[str, float]] = {}  # rank -> (label of its current category, when it ends)
+
+        def close(r: int) -> None:
+            lab, end = prev.pop(r)
+            out.append({"ph": "C", "name": COUNTER, "pid": r + 1, "ts": end, "args": {lab: 0}})
+
+        for r, s, e, c in zip(seg["rank"].tolist(), _us(seg["start_ns"].to_numpy(), t0),
+                              _us(seg["end_ns"].to_numpy(), t0), seg["category"].tolist()):
+            lab = LABELS[c]
+            args = {lab: 1}
+            if r not in prev:  # every series starts at 0 at the rank's first event
+                args = {**{LABELS[k]: 0 for k in LABELS}, lab: 1}
+            elif prev[r][1] == s:  # the previous category ends where this one starts: one point for both
+                args = {prev[r][0]: 0, lab: 1}
+                prev.pop(r)
+            else:
+                close(r)
+            out.append({"ph": "C", "name": COUNTER, "pid": r + 1, "ts": s, "args": args})
+            prev[r] = (lab, e)
+            if len(out) >= CHUNK:
+                st["counters"] += len(out)
+                yield piece(out)
+                out = []
+        for r in list(prev):
+            close(r)
+        st["counters"] += len(out)
+        yield piece(out)
+    yield b"\n]}\n"
+    if stats is not None:
+        stats.update(st)
+
+
+def _collectives(p) -> dict[int, dict]:
+    """kernel row -> {"collective", "bytes in", "bytes out", "group size"} for communication kernels."""
+    C = p.tables["collectives"]
+    out = {}
+    for i in np.flatnonzero(C["kernel"] >= 0).tolist():
+        out[int(C["kernel"][i])] = {"collective": p.string(int(C["name"][i])), "bytes in": int(C["bytes_in"][i]),
+                                    "bytes out": int(C["bytes_out"][i]), "group size": int(C["group_size"][i])}
+    return out
+
+
+def _launch_targets(p, tracks: _Tracks, t0: int) -> dict[int, list[tuple[int, int, float]]]:
+    """launch row -> [(pid, tid, ts)] of the kernels and copies it launched."""
+    out: dict[int, list] = {}
+    nl = p.n("launches")
+    for tbl in ("kernels", "memcpy"):
+        X = p.tables[tbl]
+        ok = np.flatnonzero((X["launch"] >= 0) & (X["launch"] < nl))
+        if not len(ok):
+            continue
+        tids = tracks.gpu_tids(X["rank"][ok], X["device"][ok], X["stream"][ok])
+        ts = _us(X["start_ns"][ok], t0)
+        for j, (row, r) in enumerate(zip(X["launch"][ok].tolist(), X["rank"][ok].tolist())):
+            out.setdefault(row, []).append((r + 1, int(tids[j]), ts[j]))
+    return out
+
+
+def export_trace(profile, path: str | os.PathLike, full_names: str = "auto",
+                 progress: Progress | None = None, cpu: bool = True) -> ExportStats:
+    """Write the trace of `profile` to `path` (gzip when it ends in `.gz`), atomically; see the module docstring."""
+    t = time.perf_counter()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    stats: dict[str, Any] = {}
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            f = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=4, mtime=0) if out.suffix == ".gz" else raw
+            try:
+                for chunk in trace_chunks(profile, full_names, progress, stats, cpu):
+                    f.write(chunk)
+            finally:
+                if f is not raw:
+                    f.close()
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return ExportStats(path=str(out), bytes=out.stat().st_size, seconds=time.perf_counter() - t, **stats)

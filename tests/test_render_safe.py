@@ -1,0 +1,142 @@
+"""Trace strings are inert in every sink: a kernel or op named like a terminal escape, rich markup, a bidi override,
+NUL or a newline followed by a fake verdict is shown as visible text in the terminal, Markdown, JUnit and HTML
+output of summary, classify, report, diff, verify-fastpath and shapes (mmprof.render.safe)."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from mmprof.capture.shapes import analytic_shapes
+from mmprof.cli import main
+from mmprof.profiles import load_profile
+from mmprof.profiles.io import save_profile
+from mmprof.render.safe import cell, markup, visible
+from mmprof.render.text.shapes import render_shapes
+from mmprof.shapes_model import Finding
+from tests.conftest import ROOT
+
+HOSTILE = ["\x1b[31m", "\x1b]0;title\x07", "[bold red]x[/]", "[link=https://e.x]y[/link]", "[/]", "\u202e",
+           "\x00", "a\nFP001 ... PASS"]
+RAW = ["\x1b", "\x07", "\x00", "\u202e"]  # must never reach the output as themselves
+SHOWN = ["\\x1b[31m", "\\x1b]0;title\\x07", "[bold red]x[/]", "[link=https://e.x]y[/link]", "\\u202e", "\\x00",
+         "a\\nFP001 ... PASS"]
+SOURCE = ROOT / "examples" / "h200" / "m3-rank-slice" / "fused.json.gz"
+
+
+def _fake_line(text: str) -> bool:
+    """True when a line of `text` starts (after table borders) with the injected verdict."""
+    return any(re.match(r"^[\s│┃|>*_-]*FP001 \.\.\. PASS", line) for line in text.splitlines())
+
+
+def _clean(text: str) -> None:
+    for ch in RAW:
+        assert ch not in text, f"raw {ch!r} in the output"
+    assert not _fake_line(text), "a name started an output line of its own"
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """The H200 rank-slice profile with its 8 heaviest kernels and its heaviest op renamed to hostile strings."""
+    p = load_profile(SOURCE)
+    K = p.tables["kernels"]
+    ids, inv = np.unique(K["name"], return_inverse=True)
+    tot = np.bincount(inv, weights=K["dur_ns"].astype(float))
+    for name_id, s in zip(ids[np.argsort(-tot)][: len(HOSTILE)].tolist(), HOSTILE):
+        p.strings[name_id] = s
+    O = p.tables["ops"]
+    oids, oinv = np.unique(O["name"], return_inverse=True)
+    p.strings[int(oids[np.argmax(np.bincount(oinv, weights=O["dur_ns"].astype(float)))])] = "[/]\x1b[2J\u202eop"
+    out = tmp_path_factory.mktemp("hostile") / "hostile.json.gz"
+    save_profile(p, out)
+    return out
+
+
+def run(args: list[str], capsys, monkeypatch, columns: int = 200) -> tuple[int, str]:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    out = capsys.readouterr()
+    return e.value.code, out.out + out.err
+
+
+def test_helpers():
+    assert visible("a\x1b[31mb\u202ec\x00d\ne\tf\x85g\u2028") == "a\\x1b[31mb\\u202ec\\x00d\\ne\\tf\\x85g\\u2028"
+    assert visible("plain C:\\path ünï") == "plain C:\\path ünï"
+    assert markup("[bold red]x[/]") == "\\[bold red]x\\[/]"
+    con = Console(width=80, record=True, color_system=None)
+    con.print(f"[bold]{markup('[/]x[link=https://e.x]y[/link]')}[/]", cell("\x1b[31m"))
+    assert "[/]x[link=https://e.x]y[/link] \\x1b[31m" in con.export_text()
+
+
+@pytest.mark.parametrize("cmd", [["summary"], ["report"], ["classify", "--unclassified"], ["verify-fastpath", "-v"]])
+@pytest.mark.parametrize("columns", [80, 200])
+def test_terminal_commands(hostile, capsys, monkeypatch, cmd, columns):
+    rc, out = run([cmd[0], str(hostile), *cmd[1:]], capsys, monkeypatch, columns)
+    assert rc in (0, 1), out
+    _clean(out)
+    if columns == 200 and cmd[0] in ("summary", "report", "classify"):  # wide enough to show names whole
+        for s in SHOWN:
+            assert s in out, (s, out)
+
+
+def test_diff_terminal_and_markdown(hostile, capsys, monkeypatch, tmp_path):
+    md = tmp_path / "diff.md"
+    rc, out = run(["diff", str(SOURCE), str(hostile), "--phase", "prefill", "--markdown", str(md)], capsys,
+                  monkeypatch)
+    assert rc == 0, out
+    _clean(out)
+    assert "[bold red]x[/]" in out or "\\[bold red]x\\[/]" in out  # a vanished/appeared variant, printed literally
+    text = md.read_text()
+    _clean(text)
+    assert "\\\\x1b" in text  # the escape, itself escaped for Markdown
+
+
+def test_report_markdown_and_html(hostile, capsys, monkeypatch, tmp_path):
+    html = tmp_path / "r.html"
+    rc, out = run(["report", str(hostile), "--markdown", "-", "--html", str(html)], capsys, monkeypatch)
+    assert rc == 0
+    _clean(out)
+    assert "a\\\\nFP001 ... PASS" in out  # Markdown: the backslash of the visible escape is escaped too
+    page = html.read_text()
+    _clean(page)
+    assert "\\x1b[31m" in page and "&lt;" not in page.split("<body>")[0]
+    assert 'title="a\\nFP001 ... PASS"' in page  # the full name on hover, escaped
+
+
+def test_verify_junit_stays_valid_xml(hostile, capsys, monkeypatch, tmp_path):
+    xml = tmp_path / "j.xml"
+    spec = tmp_path / "spec.toml"
+    # an assertion that fails on the hostile names, so they land in the failure's message and evidence
+    spec.write_text('[spec]\nid = "hostile"\nchecks = []\n[[assert]]\nid = "no-hostile"\nkind = "forbid_pattern"\n'
+                    'region = "*"\npattern = "x|title|FP001|y|\\\\[/\\\\]"\n')
+    rc, out = run(["verify-fastpath", str(hostile), "--spec", str(spec), "--junit", str(xml), "-v"], capsys,
+                  monkeypatch, 80)
+    assert rc == 1, out
+    _clean(out)
+    raw = xml.read_text(encoding="utf-8")
+    _clean(raw)
+    root = ET.fromstring(raw.encode())  # a NUL or ESC would make this raise
+    failures = [f for f in root.iter("failure")]
+    assert failures and any("\\x1b" in (f.text or "") for f in failures), raw[:2000]
+
+
+def test_shapes_renderer(capsys):
+    res = analytic_shapes("m3", 8, 1, 1, 1024, "decode", "bf16")
+    res.model = "m3\x1b[31m[bold]"
+    res.findings.append(Finding(code="SH001", severity="warning", title="[link=https://e.x]y[/link]",
+                                message="a\nFP001 ... PASS \u202e\x00", layers=[3], ranks=[0]))
+    res.notes.append("[/]\x1b]0;title\x07")
+    for width in (80, 120):
+        con = Console(width=width, record=True, color_system=None)
+        render_shapes(res, con)
+        text = con.export_text()
+        _clean(text)
+        for s in ("m3\\x1b[31m[bold]", "[link=https://e.x]y[/link]", "a\\nFP001 ... PASS", "\\u202e\\x00",
+                  "[/]\\x1b]0;title\\x07"):
+            assert s in text, s
+        assert max(len(line) for line in text.splitlines()) <= width
