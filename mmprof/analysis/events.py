@@ -68,6 +68,7 @@ class EventFrame:
     launch_start: np.ndarray     # the launch call, -1 unknown
     launch_end: np.ndarray
     op: np.ndarray               # CPU op row carrying the shapes, -1 none
+    graph: np.ndarray            # the graph launch (launches row) that replayed it, -1 for one-by-one launches
     family: pd.Categorical
     variant: pd.Categorical      # the rule's variant, or the event's name when the rule gives none
     library: pd.Categorical
@@ -197,6 +198,7 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
         name=np.concatenate([K["name"], M["name"]]), scope=np.concatenate([K["scope"], M["scope"]]),
         phase=np.concatenate([K["phase"], M["phase"]]), step=np.concatenate([K["step"], M["step"]]),
         launch_start=np.concatenate([kls, mls]), launch_end=np.concatenate([kle, mle]), op=op,
+        graph=np.concatenate([K["graph"], M["graph"]]).astype(np.int64),
         family=family, variant=expand(per_u["variant"], inv_all), library=expand(per_u["library"], inv_all),
         path=expand(per_u["path"], inv_all), rule=expand(per_u["rule"], inv_all), cat=cat,
         layer=np.concatenate([reg_k.layer, reg_m.layer]), role=np.concatenate([reg_k.role, reg_m.role]),
@@ -279,7 +281,7 @@ def _cpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
         source="cpu_ops", table=np.full(m, TABLE_OPS, np.int8), row=keep, rank=O["rank"][keep],
         stream=O["tid"][keep], start=start, end=start + dur, dur=dur, name=O["name"][keep], scope=O["scope"][keep],
         phase=O["phase"][keep], step=O["step"][keep], launch_start=np.full(m, -1, np.int64),
-        launch_end=np.full(m, -1, np.int64), op=keep.astype(np.int64),
+        launch_end=np.full(m, -1, np.int64), op=keep.astype(np.int64), graph=np.full(m, -1, np.int64),
         **{c: pd.Categorical(ev_cls[c][keep]) for c in _CLASS_COLS},
         cat=_category(fam.astype(object), roof), layer=reg.layer, role=reg.role, region=reg.region,
         label_source=reg.source, roof=roof, profile=profile, notes=list(roof.notes), warnings=list(roof.warnings))

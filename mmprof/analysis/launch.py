@@ -7,6 +7,9 @@ between kernels (the timeline's host-bound idle) mean the CPU cannot launch fast
 
 Also: kernels shorter than their own launch call (the CPU spends longer launching than the GPU running them),
 and launches per step (kernels + copies per rank per step).
+
+A CUDA / HIP graph replay is one launch: its first event stands for it (delay, launches per step) and its
+kernels are not compared with the one graph launch call.
 """
 
 from __future__ import annotations
@@ -57,6 +60,18 @@ class LaunchResult:
         return {"phases": [p.to_dict() for p in self.phases], "top_delays": self.top_delays, "warnings": self.warnings}
 
 
+def _launch_units(ev: EventFrame) -> np.ndarray:
+    """Events that stand for one launch: every event launched on its own, and the first event of each replay."""
+    unit = ev.graph < 0
+    g = np.flatnonzero(~unit)
+    if len(g):
+        order = g[np.lexsort((ev.start[g], ev.graph[g]))]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = ev.graph[order][1:] != ev.graph[order][:-1]
+        unit[order[first]] = True
+    return unit
+
+
 def launch_analysis(profile, events: EventFrame | None = None, tl: TimelineResult | None = None,
                     rank: int | None = None) -> LaunchResult:
     ev = events if events is not None else events_of(profile)
@@ -66,7 +81,10 @@ def launch_analysis(profile, events: EventFrame | None = None, tl: TimelineResul
         return LaunchResult([], [], ["CPU-run profile: no kernel launches to analyse"])
     phase = phase_labels(profile, ev.phase)
     sel = np.ones(len(ev), dtype=bool) if rank is None else ev.rank == rank
-    linked = (ev.launch_start >= 0) & sel
+    # a graph replay is one launch: its first event stands for it in delays and launch counts, and its kernels
+    # are not compared one by one with the (single) graph launch call
+    unit = _launch_units(ev)
+    linked = (ev.launch_start >= 0) & sel & unit
     delay = (ev.start - ev.launch_start).astype(np.float64)
     launch_dur = (ev.launch_end - ev.launch_start).astype(np.float64)
     out = []
@@ -75,8 +93,8 @@ def launch_analysis(profile, events: EventFrame | None = None, tl: TimelineResul
         lm = m & linked
         n, nl = int(m.sum()), int(lm.sum())
         d = delay[lm]
-        short = lm & (ev.dur < launch_dur)
-        steps = pd.DataFrame({"r": ev.rank[m], "s": ev.step[m]})
+        short = lm & (ev.dur < launch_dur) & (ev.graph < 0)
+        steps = pd.DataFrame({"r": ev.rank[m & unit], "s": ev.step[m & unit]})
         steps = steps[steps["s"] >= 0]
         lps = float(steps.groupby(["r", "s"]).size().median()) if len(steps) else None
         br = tl.breakdown(ph, rank)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.events import CAT_COMM, CAT_MEMCPY, EventFrame, events_of
+from mmprof.analysis.graphs import GraphSummary, graph_summary
 from mmprof.analysis.launch import LaunchStats, launch_analysis
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, summarise_bounds
 from mmprof.analysis.timeline import NO_PHASE, Breakdown, StepStats, phase_labels, timeline
@@ -74,11 +75,12 @@ class Report:
     checks: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    graphs: GraphSummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "devices": self.devices, "phases": [p.to_dict() for p in self.phases],
                 "per_rank": [p.to_dict() for p in self.per_rank], "checks": self.checks, "notes": self.notes,
-                "warnings": self.warnings}
+                "warnings": self.warnings, "graphs": self.graphs.to_dict() if self.graphs else None}
 
 
 def bottleneck_statement(phase: str, br: Breakdown, bounds: BoundSummary, source: str = "kernels") -> str:
@@ -195,4 +197,4 @@ def build_report(profile, phase: str | None = None, rank: int | None = None, top
     per_rank = [one(ph, r) for ph in phases for r in ranks] if len(ranks) > 1 else []
     devices = {r: (p.name if p else None) for r, p in (ev.roof.peaks.items() if ev.roof else [])}
     return Report(ev.source, devices, agg, per_rank, _checks(profile, shape_regions), list(tl.notes),
-                  list(dict.fromkeys(tl.warnings + la.warnings)))
+                  list(dict.fromkeys(tl.warnings + la.warnings)), graph_summary(profile, ev, rank))

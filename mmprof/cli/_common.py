@@ -39,9 +39,16 @@ def _default(o: Any) -> Any:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of tables.")
 
 
-def load_any(path: str):
-    """A saved Profile or raw traces (a file or a directory), imported on the fly."""
-    return import_paths([path])
+graph_ref_option = click.option(
+    "--graph-ref", "graph_ref", metavar="PROFILE",
+    help="A profile (or trace) of the same work run without CUDA/HIP graphs: replayed kernels that no capture in "
+         "the input explains take the ops of the same kernel sequence there (docs/graphs.md).")
+
+
+def load_any(path: str, graph_ref: str | None = None):
+    """A saved Profile or raw traces (a file or a directory), imported on the fly; `graph_ref` as the option."""
+    ref = import_paths([graph_ref]) if graph_ref else None
+    return import_paths([path], graph_ref=ref)
 
 
 def write_text(path: str, text: str) -> None:

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from mmprof.cli._common import console, echo_json, json_option
+from mmprof.cli._common import console, echo_json, graph_ref_option, json_option
 from mmprof.errors import BadInput
 from mmprof.importers import IMPORTERS, import_paths
 from mmprof.profiles import save_profile
@@ -21,8 +21,10 @@ from mmprof.render.text.progress import progress_bar
 @click.option("--rank", type=int, default=None, help="Rank of a single trace that does not say (overrides the file).")
 @click.option("--format", "fmt", default=None,
               help="Skip content detection: kineto, rocpd, rocprofv3-csv, rocprofv3-json, nsys-sqlite.")
+@graph_ref_option
 @json_option
-def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str | None, as_json: bool) -> None:
+def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str | None, graph_ref: str | None,
+               as_json: bool) -> None:
     """Import TRACE files or directories (one file per rank) into one Profile written to OUT."""
     if fmt is not None and fmt not in IMPORTERS:
         raise BadInput(f"unknown --format {fmt!r}; formats are {', '.join(k for k in IMPORTERS if k != 'mmprof-profile')}")
@@ -30,7 +32,8 @@ def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str 
         if cb:
             cb(f"importing {len(traces)} input(s)", 0, 2)
         t0 = time.perf_counter()
-        profile = import_paths(list(traces), rank=rank, fmt=fmt)
+        ref = import_paths([graph_ref]) if graph_ref else None
+        profile = import_paths(list(traces), rank=rank, fmt=fmt, graph_ref=ref)
         t1 = time.perf_counter()
         if cb:
             cb(f"writing {output}", 1, 2)

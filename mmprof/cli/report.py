@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from mmprof.analysis.report import build_report
-from mmprof.cli._common import console, echo_json, json_option, load_any, write_text
+from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, load_any, write_text
 from mmprof.cli._options import model_options, shape_regions
 from mmprof.render.html import report_html
 from mmprof.render.markdown import report_markdown
@@ -24,13 +24,14 @@ from mmprof.render.text.report import render_report
               help="Exit 1 when a built-in fast-path check fails. Without it report is a diagnostic and exits 0 "
                    "whatever its checks line says; `mmprof verify-fastpath` is the gate.")
 @model_options
+@graph_ref_option
 @click.pass_context
 def report(ctx: click.Context, profile: str, as_json: bool, phase: str | None, rank: int | None, top: int,
            markdown_file: str | None, html_file: str | None, check: bool, model: str | None, tp: int | None,
-           ep: int) -> None:
+           ep: int, graph_ref: str | None) -> None:
     """Per phase and rank: where the wall time went (compute-bound, memory-bound, communication, memcpy,
     launch-bound idle), top kernels with their roofline bound and efficiency, and a one-line bottleneck."""
-    prof = load_any(profile)
+    prof = load_any(profile, graph_ref)
     result = build_report(prof, phase=phase, rank=rank, top=top, shape_regions=shape_regions(prof, model, tp, ep))
     if markdown_file:
         write_text(markdown_file, report_markdown(result, top))

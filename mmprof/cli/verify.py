@@ -12,7 +12,7 @@ from mmprof.analysis.checks.spec import load_spec
 from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.classify import load_rules
 from mmprof.capture.run_options import validate
-from mmprof.cli._common import console, echo_json, json_option, load_any
+from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, load_any
 from mmprof.cli._options import model_options, run_options, shape_regions, workload_options
 from mmprof.errors import BadInput
 from mmprof.render.junit import write_junit
@@ -33,13 +33,15 @@ from mmprof.render.text.verify import render_verify
 @click.option("--run", "do_run", is_flag=True,
               help="Run the reference runtime first (with the run options below, full capture) and verify that run.")
 @model_options
+@graph_ref_option
 @workload_options
 @click.option("-o", "--output", default=None, help="With --run: also save the run's Profile here.")
 @json_option
 @click.pass_context
 def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | None, rules_paths: tuple[str, ...],
                     junit_path: str | None, sparse_layers: int | None, verbose: bool, do_run: bool, output: str | None,
-                    model: str | None, tp: int | None, ep: int, as_json: bool, **run_opts) -> None:
+                    model: str | None, tp: int | None, ep: int, graph_ref: str | None, as_json: bool,
+                    **run_opts) -> None:
     """Check which kernel variants dispatched in each op region against a spec (CI gate).
 
     PROFILE is an mmprof profile or a raw trace (Kineto, rocprofv3, nsys), imported on the fly. With --run
@@ -57,7 +59,7 @@ def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | No
         prof = _run_reference(run_opts, output, quiet=as_json)
         profile = output or f"mmprof run ({run_opts['preset']})"
     else:
-        prof = load_any(profile)
+        prof = load_any(profile, graph_ref)
     result = verify(prof, spec, rules=rules, sparse_layers=sparse_layers, profile_name=str(profile),
                     shape_regions=shape_regions(prof, model, tp, ep))
     if junit_path:

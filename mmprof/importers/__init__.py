@@ -165,7 +165,11 @@ def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: s
             raise BadInput(f"unknown format {kind!r}; formats are {', '.join(IMPORTERS)}")
         module = importlib.import_module(IMPORTERS[kind])
         if kind == "mmprof-profile":
-            profiles.extend(module.load_profile(f) for f in group)
+            for f in group:
+                prof = module.load_profile(f)
+                if graph_ref is not None:  # a saved profile is attributed again, now with the reference
+                    attribute_replays(prof, ref=graph_ref)
+                profiles.append(prof)
             kinds.extend(f"profile {f}" for f in group)
         else:
             prof = module.load(group, rank=rank)

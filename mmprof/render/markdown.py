@@ -76,6 +76,8 @@ def diff_markdown(d, top: int = 10) -> str:
 
 def report_markdown(report, top: int = 10) -> str:
     lines = ["### mmprof report", ""]
+    if report.graphs is not None:
+        lines += [md_escape(report.graphs.line()), ""]
     for ph in report.phases:
         lines += [f"**{md_escape(ph.phase)}**: {md_escape(ph.bottleneck)} (step {fmt_ns(ph.step.median_ns)})", ""]
         lines += _table(["kernel", "family", "time", "share", "bound", "efficiency"],

@@ -8,7 +8,7 @@ The trace-event format (JSON object form: `{"traceEvents": [...]}`, times in mic
 - device events (kernels and copies, from the event frame `mmprof.analysis.events`) as complete slices (`X`) on
   their stream, named by their display name (`mmprof.names`), with args: full name, family, variant, library,
   path (fast / fallback / neutral), rule, region, layer, role, label source, bound, efficiency, phase, step,
-  graph (launched by a graph replay), and the collective with its bytes for communication kernels;
+  graph replay (the graph launch that ran it) and op source, and the collective with its bytes for communication kernels;
 - CPU ops, launch calls and scopes (annotations, nn.Module frames) as slices on their CPU thread (GPU-side ranges
   on their stream; zero-length marks as instants); on a CPU run the outermost compute ops carry the same args as
   kernels;
@@ -38,12 +38,7 @@ import numpy as np
 import orjson
 
 from mmprof._version import __version__
-from mmprof.analysis.events import (
-    TABLE_KERNELS,
-    TABLE_MEMCPY,
-    EventFrame,
-    events_of,
-)
+from mmprof.analysis.events import TABLE_KERNELS, TABLE_MEMCPY, EventFrame, events_of
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY
 from mmprof.analysis.timeline import LABELS, category_segments
 from mmprof.errors import BadInput, NoEvidence
@@ -171,18 +166,13 @@ def _device_args(ev: EventFrame, idx: np.ndarray) -> list[dict]:
     eff = roof.efficiency[idx]
     phase = [p.string(int(x)) if x >= 0 else None for x in ev.phase[idx].tolist()]
     scope = [p.string(int(x)) if x >= 0 else None for x in ev.scope[idx].tolist()]
-    graph = np.zeros(len(idx), dtype=bool)
+    graph = ev.graph[idx].tolist()
+    osrc = np.full(len(idx), -1, dtype=np.int64)
     if ev.source == "kernels":
-        L = p.tables["launches"]
-        ref = np.full(len(idx), -1, dtype=np.int64)
         for tbl, code in (("kernels", TABLE_KERNELS), ("memcpy", TABLE_MEMCPY)):
             m = ev.table[idx] == code
-            ref[m] = p.tables[tbl]["launch"][ev.row[idx][m]]
-        ok = (ref >= 0) & (ref < p.n("launches"))
-        if ok.any():
-            lname = L["name"][ref[ok]]
-            gl = {i for i in np.unique(lname).tolist() if "graph" in (p.string(int(i)) or "").lower()}
-            graph[ok] = np.isin(lname, list(gl))
+            osrc[m] = p.tables[tbl]["op_source"][ev.row[idx][m]]
+    osrc_s = [p.string(int(x)) if x >= 0 else None for x in osrc.tolist()]
     out = []
     layer, step = ev.layer[idx].tolist(), ev.step[idx].tolist()
     region, role, src = ev.region[idx].tolist(), ev.role[idx].tolist(), ev.label_source[idx].tolist()
@@ -206,8 +196,9 @@ def _device_args(ev: EventFrame, idx: np.ndarray) -> list[dict]:
             a["step"] = step[i]
         if scope[i] is not None:
             a["scope"] = scope[i]
-        if graph[i]:
-            a["graph"] = True
+        if graph[i] >= 0:
+            a["graph replay"] = graph[i]
+            a["op source"] = osrc_s[i]
         out.append(a)
     return out
 

@@ -31,6 +31,8 @@ def render_report(report, console) -> None:
     console.print(f"[bold]mmprof report[/bold]  events: {markup(report.source)}  devices: {devs or '-'}")
     for n in report.notes:
         console.print(f"[dim]note: {markup(n)}[/dim]")
+    if report.graphs is not None:
+        console.print(markup(report.graphs.line()))
     for ph in report.phases:
         console.print()
         console.print(f"[bold]{markup(ph.bottleneck)}[/bold]")
