@@ -17,7 +17,8 @@ def render_run(s, con) -> None:
     con.print(f"[bold]{r['preset'] or r['config']}[/] on {r['device']} ({r['dtype']}), tp={s.parallel['tp']} "
               f"ep={s.parallel['ep']}: batch {wl['batch']}, prompt {wl['prompt_len']}, {wl['decode_steps']} decode steps")
     con.print(f"switches: experts={sw['moe_impl']}, shared expert={sw['shared_expert']}, "
-              f"block reuse K={sw['block_reuse']}, attention={sw['attention']}")
+              f"block reuse K={sw['block_reuse']}, attention={sw['attention']}, "
+              f"graphs={'on' if sw.get('graphs') else 'off'}")
     t = Table(title="tokens/s (whole batch; median of plain runs)", title_justify="left")
     t.add_column("run")
     t.add_column("prefill tok/s", justify="right")
