@@ -119,7 +119,9 @@ def test_meta_run_timings_and_dilation(fast_light):
     assert m["model"]["hidden_size"] == 128 and m["model"]["n_layers"] == 6
     r = m["run"]
     assert r["preset"] == "tiny" and r["device"] == "cpu" and r["dtype"] == "float32"
-    assert r["switches"] == {"moe_impl": "grouped", "shared_expert": "fused", "block_reuse": 4, "attention": "sparse"}
+    assert r["switches"] == {"moe_impl": "grouped", "shared_expert": "fused", "block_reuse": 4, "attention": "sparse",
+                             "graphs": False}
+    assert r["graphs"] is None  # no --graphs: no graph runner
     assert r["workload"] == {"batch": 1, "prompt_len": 32, "decode_steps": 3, "seed": 0}
     for kind in ("plain", "full", "light", "profiled"):
         assert r["tokens_per_s"][kind]["prefill"] > 0 and r["tokens_per_s"][kind]["decode"] > 0

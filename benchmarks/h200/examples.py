@@ -2,7 +2,9 @@
 
 Writes under $OUT:
   ladder/<rung>.json.gz   `mmprof run --preset small --device cuda` for each rung of the ladder (batch 8,
-                          prompt 512, 4 decode steps, full capture): baseline, grouped, fused, reuse2, reuse4
+                          prompt 512, 4 decode steps, full capture): baseline, grouped, fused, reuse2, reuse4,
+                          graphs (the fused rung + --graphs: step 1 eager, the capture in step 2, steps 2-4
+                          replayed)
   slice/fused.json.gz, slice/separate.json.gz
                           `mmprof run --preset m3-rank-slice` (one TP=8 rank of the real M3 dims) at decode
                           batch 64, fused vs separate shared expert
@@ -27,6 +29,7 @@ RUNGS = {
     "fused": ["--baseline", "--moe-impl", "grouped", "--shared-expert", "fused"],
     "reuse2": ["--fast", "--block-reuse", "2"],
     "reuse4": ["--fast"],
+    "graphs": ["--baseline", "--moe-impl", "grouped", "--shared-expert", "fused", "--graphs"],
 }
 
 

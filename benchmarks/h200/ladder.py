@@ -1,11 +1,14 @@
-"""The optimization ladder on one GPU: baseline -> +grouped -> +fused -> +reuse K=2 -> +reuse K=4 -> all.
+"""The optimization ladder on one GPU: baseline -> +grouped -> +fused -> +reuse K=2 -> +reuse K=4 -> all, then the
+graphs rungs: fused+graphs (the +fused switches, decode steps replayed as a CUDA/HIP graph) and all+graphs.
 
 Presets `small` and `m3-rank-slice` (rank 0 of TP=8 at the real M3 dims, 8 layers), bf16. For each
 decode batch (1, 8, 64): one chunked prefill of a `--prompt`-token prompt fills the KV cache, then every rung
 decodes `--steps` tokens from the same cache position, timed with CUDA events (warm-up excluded, median of
 `--repeats`). Prefill tokens/s per rung at batch 1. Writes ladder.json under $OUT (or --out) and prints a
 table. "all" re-measures the fastest settings together (grouped + fused + K=4 + sparse); it equals the K=4
-rung's configuration and shows run-to-run noise.
+rung's configuration and shows run-to-run noise. A graphs rung runs one eager static step and captures it once
+per batch (the capture time is recorded, not timed as decode), then times replays only. On CPU the graphs rungs
+are skipped with a note.
 
     python benchmarks/h200/ladder.py                       # H200, ~3-6 minutes
     python benchmarks/h200/ladder.py --device cpu --quick  # CPU smoke run (tiny preset, seconds)
@@ -33,6 +36,8 @@ RUNGS = [  # (name, switches): cumulative
     ("+reuse K=2", dict(moe_impl="grouped", shared_expert="fused", block_reuse=2)),
     ("+reuse K=4", dict(moe_impl="grouped", shared_expert="fused", block_reuse=4)),
     ("all", dict(moe_impl="grouped", shared_expert="fused", block_reuse=4, attention="sparse")),
+    ("fused+graphs", dict(moe_impl="grouped", shared_expert="fused", block_reuse=1, graphs=True)),
+    ("all+graphs", dict(moe_impl="grouped", shared_expert="fused", block_reuse=4, attention="sparse", graphs=True)),
 ]
 GOAL = 3.14
 
@@ -72,6 +77,30 @@ def decode(model, caches, tok, pos: int, n: int):
     return tok
 
 
+def capture_graph(model, caches, tok, pos: int, start, stop, capture=None):
+    """A GraphRunner for this batch's caches: one eager static step, then the capture (its time in ms).
+    `capture` replaces the CUDA graph capture (a test drives these functions on CPU with a fake one)."""
+    from mmprof.runtime.graphs import GraphRunner
+
+    runner = GraphRunner(model, caches, tok.shape[0], capture=capture)
+    model.dispatch.set_step(1, "decode")
+    runner.static.set_inputs(tok, pos)
+    runner.eager(1)
+    s = start()
+    runner.capture(2)
+    return runner, stop(s)
+
+
+def decode_graphed(runner, model, tok, pos: int, n: int):
+    """n greedy decode steps from `pos` as replays of the captured step (the dispatch log gets each step's rows)."""
+    for s in range(n):
+        model.dispatch.set_step(s + 3, "decode")  # after the eager step 1 and the capture at step 2
+        runner.static.set_inputs(tok, pos + s)
+        runner.replay(s + 3)
+        tok = runner.static.next[:, None]
+    return tok
+
+
 def dispatch_summary(model) -> dict[str, list[str]]:
     out: dict[str, set] = {}
     for r in model.dispatch.records:
@@ -93,6 +122,12 @@ def run_preset(name: str, a, device, dtype) -> list[dict]:
         f"params on this rank, layers {args.n_layers} ({len(args.sparse_layers)} sparse)")
     start, stop = _timer(device)
     rows: list[dict] = []
+    rungs = RUNGS
+    if device.type != "cuda":
+        skipped = [r for r, sw in RUNGS if sw.get("graphs")]
+        rungs = [(r, sw) for r, sw in RUNGS if not sw.get("graphs")]
+        log(f"{name}: skipping {', '.join(skipped)}: CUDA/HIP graphs need a GPU (the static step is tested on CPU "
+            "in tests/runtime/test_graphs.py)")
     with torch.no_grad():
         ov = measure_selection_overlap(model, Workload(batch=1, prompt_len=a.prompt, seed=1))
         log(f"{name}: adjacent-layer selection overlap: mean Jaccard {ov.mean_jaccard:.3f}, "
@@ -101,7 +136,7 @@ def run_preset(name: str, a, device, dtype) -> list[dict]:
         pcache = make_cache(model, 1, a.prompt + 1)
         prompt1 = Workload(batch=1, prompt_len=a.prompt, seed=2).tokens(args.vocab_size, device)
         prefill = {}
-        for rung, sw in RUNGS:
+        for rung, sw in rungs:
             model.set_switches(Switches(**sw))
             model(prompt1, 0, pcache, last_only=True)  # warm-up
             times = []
@@ -121,25 +156,35 @@ def run_preset(name: str, a, device, dtype) -> list[dict]:
                 logits = model(prompt[:, st:st + chunk], st, caches, last_only=True)
             tok0 = logits[:, -1].argmax(-1, keepdim=True)
             base = None
-            for rung, sw in RUNGS:
+            for rung, sw in rungs:
                 model.set_switches(Switches(**sw))
-                decode(model, caches, tok0, a.prompt, a.warmup)
+                runner, capture_ms = None, None
+                if sw.get("graphs"):
+                    runner, capture_ms = capture_graph(model, caches, tok0, a.prompt, start, stop)
+                    decode_graphed(runner, model, tok0, a.prompt, a.warmup)
+                else:
+                    decode(model, caches, tok0, a.prompt, a.warmup)
                 times = []
                 for _ in range(a.repeats):
                     model.dispatch.clear()
                     s = start()
-                    decode(model, caches, tok0, a.prompt, a.steps)
+                    if runner is not None:
+                        decode_graphed(runner, model, tok0, a.prompt, a.steps)
+                    else:
+                        decode(model, caches, tok0, a.prompt, a.steps)
                     times.append(stop(s))
+                del runner
                 ms = statistics.median(times)
                 tps = b * a.steps / (ms / 1e3)
                 base = base or tps
                 row = dict(preset=name, rung=rung, batch=b, switches=sw, decode_ms_per_step=ms / a.steps,
                            decode_tok_s=tps, speedup=tps / base, prefill_tok_s=prefill[rung],
                            prefill_speedup=prefill[rung] / prefill["baseline"], repeats_ms=times,
-                           dispatch=dispatch_summary(model))
+                           dispatch=dispatch_summary(model), graph_capture_ms=capture_ms)
                 rows.append(row)
-                log(f"{name} b={b:<3d} {rung:11s} {ms / a.steps:8.2f} ms/step {tps:10.1f} tok/s x{tps / base:5.2f} "
-                    f"{row['dispatch'].get('moe.experts')}")
+                log(f"{name} b={b:<3d} {rung:12s} {ms / a.steps:8.2f} ms/step {tps:10.1f} tok/s x{tps / base:5.2f} "
+                    f"{row['dispatch'].get('moe.experts')}"
+                    + (f" (capture {capture_ms:.0f} ms)" if capture_ms is not None else ""))
             del caches
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -214,17 +259,18 @@ def _run(a, device) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ladder.json").write_text(json.dumps({"env": env, "goal": GOAL, "rows": rows}, indent=1))
-    print(f"\n{'preset':14s} {'batch':>5s} {'rung':11s} {'ms/step':>9s} {'decode tok/s':>13s} {'x base':>7s} "
+    print(f"\n{'preset':14s} {'batch':>5s} {'rung':12s} {'ms/step':>9s} {'decode tok/s':>13s} {'x base':>7s} "
           f"{'prefill tok/s':>14s} {'x base':>7s}")
     for r in rows:
-        print(f"{r['preset']:14s} {r['batch']:5d} {r['rung']:11s} {r['decode_ms_per_step']:9.2f} "
+        print(f"{r['preset']:14s} {r['batch']:5d} {r['rung']:12s} {r['decode_ms_per_step']:9.2f} "
               f"{r['decode_tok_s']:13.1f} {r['speedup']:7.2f} {r['prefill_tok_s']:14.0f} {r['prefill_speedup']:7.2f}")
     for name in a.presets:
         for b in a.batches:
-            allr = [r for r in rows if r["preset"] == name and r["batch"] == b and r["rung"] == "all"]
-            if allr:
-                ok = "MEETS" if allr[0]["speedup"] >= GOAL else "misses"
-                print(f"goal {GOAL}x decode: {name} batch {b}: x{allr[0]['speedup']:.2f} {ok}")
+            for rung in ("all", "all+graphs"):
+                allr = [r for r in rows if r["preset"] == name and r["batch"] == b and r["rung"] == rung]
+                if allr:
+                    ok = "MEETS" if allr[0]["speedup"] >= GOAL else "misses"
+                    print(f"goal {GOAL}x decode: {name} batch {b} ({rung}): x{allr[0]['speedup']:.2f} {ok}")
     print(f"wrote {out / 'ladder.json'}", flush=True)
     return 1 if errors else 0
 

@@ -39,6 +39,7 @@ class RunOptions:
     shared_expert: str | None = None
     block_reuse: int | None = None
     attention: str | None = None
+    graphs: bool | None = None  # decode steps replayed as a CUDA/HIP graph (cuda only)
     capture: str = "full"  # full | light | none
     measure_dilation: bool = False  # capture both full and light (keep `capture`'s trace)
     tp: int = 1
@@ -53,7 +54,8 @@ class RunOptions:
             raise BadInput(f"base switches must be fast or baseline, not {self.base!r}")
         sw = Switches.baseline() if self.base == "baseline" else Switches()
         over = {k: v for k, v in (("moe_impl", self.moe_impl), ("shared_expert", self.shared_expert),
-                                  ("block_reuse", self.block_reuse), ("attention", self.attention)) if v is not None}
+                                  ("block_reuse", self.block_reuse), ("attention", self.attention),
+                                  ("graphs", self.graphs)) if v is not None}
         return dataclasses.replace(sw, **over) if over else sw
 
     def modes(self) -> list[str]:
@@ -92,7 +94,9 @@ def validate(opts: RunOptions) -> Any:
                        f"not {opts.decode_steps}")
     if opts.warmup < 0:
         raise BadInput("warm-up runs must be >= 0")
-    opts.switches()  # raises BadInput on a bad switch value
+    sw = opts.switches()  # raises BadInput on a bad switch value (graphs with the loop experts, too)
+    if sw.graphs and opts.device != "cuda":
+        raise BadInput(f"--graphs needs --device cuda: CUDA/HIP graphs capture GPU kernels (not {opts.device})")
     args = opts.model_args()
     if args.slice_tp > 1 and opts.tp > 1:
         raise BadInput(f"preset {args.name} already is one rank of a TP={args.slice_tp} model; run it with --tp 1 "

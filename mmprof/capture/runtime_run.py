@@ -58,6 +58,7 @@ class RankOutcome:
     notes: list[str] = field(default_factory=list)
     tokens: list[list[int]] | None = None
     peaks: dict[str, Any] | None = None  # measured on CPU runs (a CPU has no datasheet peak in mmprof.hardware)
+    graphs: dict[str, Any] | None = None  # with --graphs: the kept run's eager / captured / replayed decode steps
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -145,7 +146,7 @@ def run_rank(opts: RunOptions, work_dir: str | os.PathLike, rank: int = 0, world
     for i in range(opts.warmup):
         tick(f"warm-up {i + 1}/{opts.warmup}")
         generate(model, workload)
-    pre, dec, steps = [], [], []
+    pre, dec, steps, cap = [], [], [], []
     prev = set_scopes_enabled(False)
     try:
         for i in range(opts.repeats):
@@ -154,20 +155,25 @@ def run_rank(opts: RunOptions, work_dir: str | os.PathLike, rank: int = 0, world
             pre.append(r.prefill_ms)
             dec.append(sum(r.decode_ms))
             steps.append(r.decode_ms)
+            if r.graph_capture_ms is not None:
+                cap.append(r.graph_capture_ms)
     finally:
         set_scopes_enabled(prev)
-    out.timings["plain"] = _timing(pre, dec, [statistics.median(s) for s in zip(*steps)], opts)
+    extra = {"graph_capture_ms": statistics.median(cap)} if cap else {}
+    out.timings["plain"] = _timing(pre, dec, [statistics.median(s) for s in zip(*steps)], opts, **extra)
     for k, mode in enumerate(modes):
         tick(f"{mode} capture")
         res, trace, switch_ms, notes = _captured_run(model, workload, opts, mode, work_dir, rank, world)
         pre_ms = res.prefill_ms - switch_ms
+        extra = {"graph_capture_ms": res.graph_capture_ms} if res.graph_capture_ms is not None else {}
         out.timings[mode] = _timing([pre_ms], [sum(res.decode_ms)], list(res.decode_ms), opts,
-                                    segment_switch_ms=switch_ms)
+                                    segment_switch_ms=switch_ms, **extra)
         out.notes.extend(f"{mode} capture: {n}" for n in notes)
         if k == 0:
             out.trace = str(trace)
             out.dispatch = model.dispatch.rows()
             out.tokens = res.tokens.tolist()
+            out.graphs = res.graphs
         else:
             Path(trace).unlink(missing_ok=True)
     if not modes:  # --capture none: the dispatch log of one more (uninstrumented) run
@@ -175,6 +181,7 @@ def run_rank(opts: RunOptions, work_dir: str | os.PathLike, rank: int = 0, world
         res = generate(model, workload)
         out.dispatch = model.dispatch.rows()
         out.tokens = res.tokens.tolist()
+        out.graphs = res.graphs
     if progress is not None:
         progress("done", total, total)
     return out
@@ -345,6 +352,9 @@ def run_meta(opts: RunOptions, outcomes: list[RankOutcome], args) -> dict[str, A
         "dilation": dil,
         "dilation_by_phase": by_phase,
         "generated_tokens": r0.tokens,
+        # with --graphs: decode step 1 eager (static shapes), the capture at step 2, the replayed steps; the
+        # dispatch rows of a replayed step are copies of the captured ones (the table has no column to say so)
+        "graphs": r0.graphs,
     }
 
 

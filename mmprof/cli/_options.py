@@ -28,6 +28,9 @@ def switch_options(f):
                           "(1 = every layer computes)."),
         click.option("--attention", type=click.Choice(["sparse", "dense"]),
                      help="Sparse (MSA) or dense attention in the sparse layers."),
+        click.option("--graphs/--no-graphs", default=None,
+                     help="Replay decode steps as a CUDA/HIP graph (captured at step 2; --device cuda, grouped "
+                          "experts). Off in both bases."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -57,12 +60,12 @@ def workload_options(f):
 
 
 def run_options(preset, config, device, dtype, batch, prompt_len, decode_steps, seed, base, moe_impl, shared_expert,
-                block_reuse, attention, **rest):
+                block_reuse, attention, graphs=None, **rest):
     """RunOptions from the values of `workload_options` (+ capture/tp/... in `rest`)."""
     dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
     return RunOptions(preset=preset, config=config, device=device, dtype=dtype, batch=batch, prompt_len=prompt_len,
                       decode_steps=decode_steps, seed=seed, base=base, moe_impl=moe_impl, shared_expert=shared_expert,
-                      block_reuse=block_reuse, attention=attention,
+                      block_reuse=block_reuse, attention=attention, graphs=graphs,
                       command=["mmprof", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("mmprof") else None,
                       **rest)
 

@@ -7,8 +7,9 @@ Public API (stable; other mmprof modules use only these names):
   `from_hf_config(dict)` for a Hugging Face config (its `text_config`, legacy keys included).
 - `shard_plan(args, tp, ep, rank) -> ShardPlan` - per-rank local sizes (pure; no torch). Raises
   `ShardRefused` (a BadInput) with vLLM's reason for shapes vLLM refuses.
-- `Switches(moe_impl='grouped'|'loop', shared_expert='fused'|'separate', block_reuse=K, attention='sparse'|'dense')`
-  - the fast paths are the defaults; `Switches.baseline()` is loop/separate/K=1/sparse.
+- `Switches(moe_impl='grouped'|'loop', shared_expert='fused'|'separate', block_reuse=K, attention='sparse'|'dense',
+  graphs=False|True)` - the fast paths are the defaults (graphs aside: they need a GPU); `Switches.baseline()` is
+  loop/separate/K=1/sparse. graphs=True replays decode steps as a CUDA/HIP graph (graphs.py: `GraphRunner`).
 - `build_model(args, switches, tp=1, ep=1, rank=0, device='cpu'|'meta'|'cuda', dtype=torch.float32,
   group=None, seed=0) -> Transformer`. `device='meta'` builds shapes only (e.g. per TP rank for
   `mmprof shapes`). Without `group`, tp > 1 builds one rank's slice without collectives.
@@ -16,7 +17,7 @@ Public API (stable; other mmprof modules use only these names):
   for one device; tp > 1 goes through `mmprof.runtime.parallel.apply(model, plan, comm)` (TP/EP as a transform).
 - `load_weights(model, path)` - Hugging Face safetensors (transformers or released-checkpoint names).
 - `Workload(batch, prompt_len, decode_steps, seed, prompt)` and `generate(model, workload) -> GenerateResult`
-  (tokens, prefill_ms, decode_ms per step, prefill_tok_s, decode_tok_s).
+  (tokens, prefill_ms, decode_ms per step, prefill_tok_s, decode_tok_s; with graphs graph_capture_ms, graphs).
 - `model.dispatch` - a `DispatchLog`; `.rows()` gives dicts with the Profile `dispatch` table columns.
 - `scope(name)` - record_function + NVTX/roctx range; `set_scopes_enabled(bool)` turns all scopes off/on.
 - `measure_selection_overlap(model, workload) -> OverlapResult` - adjacent sparse layers' selection agreement.
@@ -38,7 +39,7 @@ _LAZY = {
     "load_weights": ".weights", "Workload": ".generate", "GenerateResult": ".generate", "generate": ".generate",
     "DispatchLog": ".dispatch", "DispatchRecord": ".dispatch", "scope": ".scopes", "set_scopes_enabled": ".scopes",
     "measure_selection_overlap": ".overlap", "OverlapResult": ".indexer", "make_cache": ".kvcache",
-    "init_distributed": ".dist", "analytic": ".shapes", "layer_kinds": ".shapes",
+    "init_distributed": ".dist", "analytic": ".shapes", "layer_kinds": ".shapes", "GraphRunner": ".graphs",
 }
 
 __all__ = ["PRESETS", "ModelArgs", "Switches", "from_hf_config", "get_preset", "load_config", "to_spec", "ShardPlan", "ShardRefused",

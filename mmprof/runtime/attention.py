@@ -13,23 +13,26 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .indexer import select_blocks
+from .kvcache import positions
 from .layers import GemmaRMSNorm, apply_rope
 from .scopes import scope
 
 GATHER_MAX_T = 16  # queries per forward up to which the sparse core gathers the selected blocks
 
 
-def attend_dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int, scale: float) -> torch.Tensor:
-    """q: [B, H, T, D]; k, v: [B, KV, L, D] (L = pos+T); causal GQA attention -> [B, H, T, D]."""
+def attend_dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: int | torch.Tensor,
+                 scale: float) -> torch.Tensor:
+    """q: [B, H, T, D]; k, v: [B, KV, L, D] (L = pos+T, or the capacity with a device-tensor pos); causal GQA
+    attention -> [B, H, T, D]."""
     t, length = q.shape[2], k.shape[2]
     mask = None
-    if t > 1:
-        qpos = torch.arange(pos, pos + t, device=q.device)
+    if t > 1 or isinstance(pos, torch.Tensor):
+        qpos = positions(pos, t, q.device)
         mask = torch.arange(length, device=q.device)[None, :] <= qpos[:, None]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
 
 
-def attend_sparse_masked(q, k, v, pos: int, scale: float, sel: torch.Tensor, block: int) -> torch.Tensor:
+def attend_sparse_masked(q, k, v, pos: int | torch.Tensor, scale: float, sel: torch.Tensor, block: int) -> torch.Tensor:
     """Sparse attention as a mask over dense scores (same math as transformers' eager path).
 
     sel: [B, KV, T, topk] block ids (-1 = none)."""
@@ -41,20 +44,20 @@ def attend_sparse_masked(q, k, v, pos: int, scale: float, sel: torch.Tensor, blo
     keep = torch.zeros(b, kvh, t, nb + 1, dtype=torch.bool, device=q.device)
     keep.scatter_(-1, safe, True)
     keep = keep[..., :nb].repeat_interleave(block, dim=-1)[..., :length]  # [B, KV, T, L]
-    qpos = torch.arange(pos, pos + t, device=q.device)
+    qpos = positions(pos, t, q.device)
     keep = keep & (torch.arange(length, device=q.device)[None, :] <= qpos[:, None])
     keep = keep.repeat_interleave(g, dim=1)  # [B, H, T, L]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=scale, enable_gqa=True)
 
 
-def attend_sparse_gather(q, k, v, pos: int, scale: float, sel: torch.Tensor, block: int) -> torch.Tensor:
+def attend_sparse_gather(q, k, v, pos: int | torch.Tensor, scale: float, sel: torch.Tensor, block: int) -> torch.Tensor:
     """Sparse attention that reads only the selected blocks: O(topk*block) keys per query, not O(L)."""
     b, h, t, d = q.shape
     kvh, length = k.shape[1], k.shape[2]
     g = h // kvh
     offs = torch.arange(block, device=q.device)
     tok = (sel.clamp(min=0)[..., None] * block + offs).flatten(-2)  # [B, KV, T, S'] token ids
-    qpos = torch.arange(pos, pos + t, device=q.device)[None, None, :, None]
+    qpos = positions(pos, t, q.device)[None, None, :, None]
     valid = (sel >= 0).repeat_interleave(block, dim=-1) & (tok <= qpos) & (tok < length)
     tok = tok.clamp(max=length - 1)
     s = tok.shape[-1]
@@ -88,7 +91,8 @@ class Attention(nn.Module):
             self.index_q_norm = GemmaRMSNorm(args.index_head_dim, args.norm_eps)
             self.index_k_norm = GemmaRMSNorm(args.index_head_dim, args.norm_eps)
 
-    def forward(self, x: torch.Tensor, pos: int, cos: torch.Tensor, sin: torch.Tensor, cache, state) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pos: int | torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache,
+                state) -> torch.Tensor:
         """x: [B, T, H] -> [B, T, H]."""
         b, t, _ = x.shape
         p = f"layers.{self.layer_id}.attn"
@@ -110,7 +114,7 @@ class Attention(nn.Module):
                 ik = self.index_k_norm(fused[..., iq_end:].view(b, t, 1, self.ihd))
                 iq, ik = apply_rope(iq, cos, sin), apply_rope(ik, cos, sin)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]
-        keys, vals = cache.write(pos, k, v)  # [B, KV, L, D]
+        keys, vals = cache.write(pos, k, v)  # [B, KV, L, D] (L: pos+T, or the capacity in the static step)
         sel = None
         if self.sparse and not want_dense:
             if compute_sel:

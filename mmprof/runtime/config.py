@@ -214,9 +214,12 @@ def load_config(path_or_preset: str | Path, **overrides: Any) -> ModelArgs:
     return dataclasses.replace(args, **overrides) if overrides else args
 
 
+GRAPHS_NEED_GROUPED = "graphs need moe_impl=grouped: the loop path syncs with the host"
+
+
 @dataclass
 class Switches:
-    """Every optimization as a switch; the defaults are the fast paths."""
+    """Every optimization as a switch; the defaults are the fast paths (graphs aside: they need a GPU)."""
 
     moe_impl: str = "grouped"  # loop | grouped
     shared_expert: str = "fused"  # separate | fused
@@ -225,6 +228,9 @@ class Switches:
     # numerics (the released model recomputes per layer, K=1): measure_selection_overlap says whether it is safe.
     block_reuse: int = 4
     attention: str = "sparse"  # dense | sparse
+    # decode steps replayed as one CUDA/HIP graph per (batch, KV cache) (runtime/graphs.py); needs a GPU and the
+    # grouped experts. Off by default: the capture costs a step's worth of setup and holds its own memory pool.
+    graphs: bool = False
 
     def __post_init__(self) -> None:
         if self.moe_impl not in ("loop", "grouped"):
@@ -235,7 +241,11 @@ class Switches:
             raise BadInput(f"block_reuse must be an integer >= 1, not {self.block_reuse!r}")
         if self.attention not in ("dense", "sparse"):
             raise BadInput(f"attention must be dense|sparse, not {self.attention!r}")
+        if not isinstance(self.graphs, bool):
+            raise BadInput(f"graphs must be True or False, not {self.graphs!r}")
+        if self.graphs and self.moe_impl == "loop":
+            raise BadInput(GRAPHS_NEED_GROUPED)
 
     @classmethod
     def baseline(cls) -> "Switches":
-        return cls(moe_impl="loop", shared_expert="separate", block_reuse=1, attention="sparse")
+        return cls(moe_impl="loop", shared_expert="separate", block_reuse=1, attention="sparse", graphs=False)

@@ -10,7 +10,7 @@ attn.indexer (computed | reused), attn.core (sparse | sparse_masked | dense).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 COLUMNS = ("rank", "step", "phase", "layer", "op", "impl", "requested", "reason", "scope")
 
@@ -48,6 +48,12 @@ class DispatchLog:
                 DispatchRecord(self.rank, self.step, self.phase, layer, op, impl, requested,
                                reason if impl != requested or reason else None, scope)
             )
+
+    def extend_as(self, records: list[DispatchRecord], step: int, phase: str) -> None:
+        """Append copies of `records` as rows of `step` / `phase`: a CUDA-graph replay runs no Python, so each
+        replayed step repeats the rows its capture wrote (the table keeps one set of rows per decode step)."""
+        if self.enabled:
+            self.records.extend(replace(r, step=step, phase=phase) for r in records)
 
     def clear(self) -> None:
         self.records.clear()

@@ -2,18 +2,23 @@
 
 Scopes: `mmprof.prefill` > `mmprof.step.0` for the prompt, `mmprof.decode` > `mmprof.step.N` for decode
 step N (1..). Timing uses CUDA events on GPUs (one sync at the end, none per step) and perf_counter on CPU.
+
+With `Switches(graphs=True)` the decode steps go through a `GraphRunner` (graphs.py): step 1 runs the static
+step eagerly, step 2 captures it inside `mmprof.graph.capture` (within `mmprof.decode` > `mmprof.step.2`) and
+replays it, later steps replay. The capture is timed apart (`GenerateResult.graph_capture_ms`), not as step 2.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
 from mmprof.errors import BadInput
 
+from .graphs import Capture, GraphRunner
 from .kvcache import make_cache
 from .scopes import scope
 
@@ -51,6 +56,8 @@ class GenerateResult:
     prefill_ms: float
     decode_ms: list[float] = field(default_factory=list)  # per decode step
     logits: list[torch.Tensor] = field(default_factory=list)  # last-position logits per step if kept
+    graph_capture_ms: float | None = None  # with graphs: the capture (warm-up included), not counted in decode_ms
+    graphs: dict | None = None  # with graphs: GraphStats.to_dict() (eager, captured and replayed steps)
 
     @property
     def prefill_tok_s(self) -> float:
@@ -65,36 +72,60 @@ class GenerateResult:
         return {"batch": self.prompt.shape[0], "prompt_len": self.prompt.shape[1], "decode_steps": len(self.decode_ms),
                 "prefill_ms": self.prefill_ms, "decode_ms": self.decode_ms,
                 "prefill_tok_s": self.prefill_tok_s, "decode_tok_s": self.decode_tok_s,
-                "tokens": self.tokens.tolist()}
+                "tokens": self.tokens.tolist(), "graph_capture_ms": self.graph_capture_ms, "graphs": self.graphs}
 
 
 class _Timer:
+    """Marks between steps; `exclude(True)` .. `exclude(False)` brackets a stretch inside the current interval
+    that is timed apart (the graph capture) and subtracted from it."""
+
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
         self.marks: list = []
+        self.excluded: list[tuple[int, object, object]] = []  # (interval index, start, end)
+        self._open = None
 
-    def mark(self) -> None:
+    def _now(self):
         if self.cuda:
             e = torch.cuda.Event(enable_timing=True)
             e.record()
-            self.marks.append(e)
-        else:
-            self.marks.append(time.perf_counter())
+            return e
+        return time.perf_counter()
 
-    def intervals_ms(self) -> list[float]:
+    def _ms(self, a, b) -> float:
+        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
+
+    def mark(self) -> None:
+        self.marks.append(self._now())
+
+    def exclude(self, start: bool) -> None:
+        if start:
+            self._open = self._now()
+        else:
+            self.excluded.append((len(self.marks) - 1, self._open, self._now()))
+
+    def intervals_ms(self) -> tuple[list[float], float | None]:
+        """Per interval, minus its excluded stretches; and the excluded total (None if nothing was excluded)."""
         if self.cuda:
             torch.cuda.synchronize()
-            return [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:])]
-        return [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:])]
+        iv = [self._ms(a, b) for a, b in zip(self.marks, self.marks[1:])]
+        total = None
+        for i, a, b in self.excluded:
+            ms = self._ms(a, b)
+            iv[i] -= ms
+            total = (total or 0.0) + ms
+        return iv, total
 
 
 @torch.no_grad()
 def generate(model, workload: Workload, keep_logits: bool = False, caches=None,
-             on_step_end: Callable[[int], None] | None = None) -> GenerateResult:
+             on_step_end: Callable[[int], None] | None = None, graph_capture: Capture | None = None) -> GenerateResult:
     """Run prefill then `decode_steps` greedy decode steps on `model` (a runtime Transformer).
 
     `on_step_end(step)` runs after each step's ranges have closed (step 0 is the prefill), where no
     record_function range is open: a profiler may be stopped or restarted there. Its time counts in that step.
+    With `model.switches.graphs` the decode steps run through a GraphRunner; `graph_capture` replaces its CUDA
+    graph capture (tests drive the runner on CPU with a fake one).
     """
     device = model.embed.weight.device
     prompt = workload.tokens(model.args.vocab_size, device)
@@ -107,6 +138,7 @@ def generate(model, workload: Workload, keep_logits: bool = False, caches=None,
     logits_kept: list[torch.Tensor] = []
     timer = _Timer(device)
     log = model.dispatch
+    runner = GraphRunner(model, caches, b, capture=graph_capture) if model.switches.graphs else None
     timer.mark()
     log.set_step(0, "prefill")
     with scope("mmprof.prefill"), scope("mmprof.step.0"):
@@ -123,13 +155,18 @@ def generate(model, workload: Workload, keep_logits: bool = False, caches=None,
         log.set_step(s, "decode")
         # one phase range per step (as for prefill), so a capture window can open or close between steps
         with scope("mmprof.decode"), scope(f"mmprof.step.{s}"):
-            logits = model(out[:, s - 1:s], p + s - 1, caches)
-            out[:, s] = logits[:, -1].argmax(-1)
+            if runner is None:
+                last = model(out[:, s - 1:s], p + s - 1, caches)[:, -1]  # [B, V]
+                out[:, s] = last.argmax(-1)
+            else:  # replays get their step from the graph launch inside these ranges
+                last = runner.decode(s, out[:, s - 1:s], p + s - 1, on_capture=timer.exclude)
+                out[:, s] = runner.static.next
         if on_step_end is not None:
             on_step_end(s)
         timer.mark()
         if keep_logits:
-            logits_kept.append(logits[:, -1].float().cpu())
-    iv = timer.intervals_ms()
+            logits_kept.append(last.to("cpu", torch.float32, copy=True))  # `last` may be a static buffer
+    iv, capture_ms = timer.intervals_ms()
     return GenerateResult(prompt=prompt.cpu(), tokens=out.cpu(), prefill_ms=iv[0], decode_ms=iv[1:],
-                          logits=logits_kept)
+                          logits=logits_kept, graph_capture_ms=capture_ms,
+                          graphs=runner.stats.to_dict() if runner is not None else None)

@@ -15,19 +15,23 @@ import torch.nn.functional as F
 
 from mmprof.errors import NoEvidence
 
+from .kvcache import positions
 
-def select_blocks(idx_q: torch.Tensor, idx_k: torch.Tensor, pos: int, block: int, topk: int,
+
+def select_blocks(idx_q: torch.Tensor, idx_k: torch.Tensor, pos: int | torch.Tensor, block: int, topk: int,
                   local: int) -> torch.Tensor:
     """idx_q: [B, Hi, T, Di] (queries at positions pos..pos+T-1); idx_k: [B, 1, L, Di] with L = pos+T.
 
-    Returns block ids [B, Hi, T, min(topk, ceil(L/block))] int64, -1 where no valid block."""
+    Returns block ids [B, Hi, T, min(topk, ceil(L/block))] int64, -1 where no valid block. With a device-tensor
+    `pos` (the static decode step) L is the cache capacity: keys past the query are masked, so a block that
+    holds no valid key scores -inf and comes back as -1, never as a selected block."""
     b, hi, t, _ = idx_q.shape
     length = idx_k.shape[2]
     nb = -(-length // block)
     scores = torch.matmul(idx_q.float(), idx_k.float().transpose(-1, -2))  # [B, Hi, T, L]
-    qpos = torch.arange(pos, pos + t, device=idx_q.device)
+    qpos = positions(pos, t, idx_q.device)
     kpos = torch.arange(length, device=idx_q.device)
-    if t > 1:
+    if t > 1 or isinstance(pos, torch.Tensor):
         scores = scores.masked_fill(kpos[None, :] > qpos[:, None], float("-inf"))
     pad = nb * block - length
     if pad:

@@ -1,12 +1,21 @@
 """Static KV cache per layer; sparse layers also hold the lightning indexer's keys.
 
 Preallocated to `max_seq_len` so decode writes in place (no reallocation, static shapes). Positions are
-Python ints owned by generate(), so writing never syncs with the device.
+Python ints owned by generate(), so writing never syncs with the device. The static decode step of
+runtime/graphs.py passes the position as a device tensor instead: the write is an index_copy_ at that position
+and the whole capacity comes back (the readers mask positions past it), so shapes and addresses never change.
 """
 
 from __future__ import annotations
 
 import torch
+
+
+def positions(pos: int | torch.Tensor, t: int, device=None) -> torch.Tensor:
+    """[T] long: pos, pos+1, .. pos+T-1 (on pos's device when pos is a tensor: no host value involved)."""
+    if isinstance(pos, torch.Tensor):
+        return pos.reshape(-1)[:1] + torch.arange(t, device=pos.device)
+    return torch.arange(pos, pos + t, device=device)
 
 
 class LayerCache:
@@ -23,16 +32,26 @@ class LayerCache:
     def capacity(self) -> int:
         return self.k.shape[2]
 
-    def write(self, pos: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """k, v: [B, kvh, T, D] for positions pos..pos+T-1; returns the valid prefix [B, kvh, pos+T, D]."""
+    def write(self, pos: int | torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v: [B, kvh, T, D] for positions pos..pos+T-1; returns the valid prefix [B, kvh, pos+T, D], or with
+        a device-tensor `pos` ([1] long) the whole cache [B, kvh, S_max, D]."""
         t = k.shape[2]
+        if isinstance(pos, torch.Tensor):
+            idx = positions(pos, t)
+            self.k.index_copy_(2, idx, k)
+            self.v.index_copy_(2, idx, v)
+            return self.k, self.v
         self.k[:, :, pos:pos + t] = k
         self.v[:, :, pos:pos + t] = v
         return self.k[:, :, :pos + t], self.v[:, :, :pos + t]
 
-    def write_index(self, pos: int, idx_k: torch.Tensor) -> torch.Tensor:
-        """idx_k: [B, 1, T, Di]; returns the valid prefix [B, 1, pos+T, Di]."""
+    def write_index(self, pos: int | torch.Tensor, idx_k: torch.Tensor) -> torch.Tensor:
+        """idx_k: [B, 1, T, Di]; returns the valid prefix [B, 1, pos+T, Di] (the whole [B, 1, S_max, Di] with a
+        device-tensor `pos`)."""
         t = idx_k.shape[2]
+        if isinstance(pos, torch.Tensor):
+            self.idx_k.index_copy_(2, positions(pos, t), idx_k)
+            return self.idx_k
         self.idx_k[:, :, pos:pos + t] = idx_k
         return self.idx_k[:, :, :pos + t]
 

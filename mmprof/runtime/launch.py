@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", default=None, help="gloo | nccl (RCCL on ROCm); default by device")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on GPU, fp32 on CPU)")
+    p.add_argument("--graphs", action="store_true", help="replay decode steps as a CUDA/HIP graph (GPU, NCCL)")
     a = p.parse_args(argv)
 
     import torch
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx = init_distributed(a.backend, a.device)
         dtype = getattr(torch, a.dtype) if a.dtype else (torch.float32 if ctx.device == "cpu" else torch.bfloat16)
         args = load_config(a.preset)
-        model = build_model(args, Switches(), tp=ctx.world_size, ep=ctx.world_size if a.ep else 1, rank=ctx.rank,
+        model = build_model(args, Switches(graphs=a.graphs), tp=ctx.world_size, ep=ctx.world_size if a.ep else 1, rank=ctx.rank,
                             device=ctx.device, dtype=dtype, group=ctx.group,
                             seed=None if a.checkpoint else 0)
         if a.checkpoint:

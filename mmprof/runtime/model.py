@@ -17,6 +17,7 @@ from . import parallel
 from .attention import Attention
 from .config import Switches
 from .dispatch import DispatchLog
+from .kvcache import positions
 from .layers import GemmaRMSNorm, rope_table, swiglu_oai
 from .moe import MoE
 from .scopes import scope
@@ -90,6 +91,7 @@ class Transformer(nn.Module):
         self.args, self.dtype, self.switches = args, dtype, switches
         self.plan: ShardPlan = shard_plan(args)  # what this model holds: everything (tp=1)
         self.dispatch = DispatchLog(rank=0)
+        self.comm = parallel.Comm()  # the TP collectives (parallel.apply replaces it; inactive on one device)
         # vocab padded to a multiple of 64 as vLLM does (the extra rows are never looked up; logits trimmed)
         self.embed = nn.Embedding(self.plan.vocab_padded, args.hidden_size)  # [V', H]
         self.layers = nn.ModuleList(Block(args, i) for i in range(args.n_layers))
@@ -101,20 +103,29 @@ class Transformer(nn.Module):
     def set_switches(self, switches: Switches) -> None:
         self.switches = switches
 
-    def rope(self, pos: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:
-        need = max(self.args.max_seq_len, pos + t)
+    def rope(self, pos: int | torch.Tensor, t: int, capacity: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [T, R] for positions pos..pos+T-1. A device-tensor `pos` (the static decode step) gathers them
+        from the precomputed table, which then covers `capacity` (the KV cache's) positions."""
+        static = isinstance(pos, torch.Tensor)
+        need = max(self.args.max_seq_len, capacity if static else pos + t)
         if self._rope is None or self._rope[0].shape[0] < need or self._rope[0].device != self.embed.weight.device:
             self._rope = rope_table(self.args.rotary_dim, self.args.rope_theta, need, self.embed.weight.device)
         cos, sin = self._rope
+        if static:
+            idx = positions(pos, t)  # [T] on the device
+            return cos.index_select(0, idx).to(self.dtype), sin.index_select(0, idx).to(self.dtype)
         return cos[pos:pos + t].to(self.dtype), sin[pos:pos + t].to(self.dtype)
 
-    def forward(self, tokens: torch.Tensor, pos: int, caches, last_only: bool = False,
+    def forward(self, tokens: torch.Tensor, pos: int | torch.Tensor, caches, last_only: bool = False,
                 capture: dict | None = None) -> torch.Tensor:
+        """tokens [B, T] at positions pos..pos+T-1. `pos` is a Python int, or a [1] long device tensor for the
+        static decode step (graphs.py): then every shape and address is independent of the position (KV writes
+        by index_copy_, attention and indexer over the whole cache capacity, masked) and nothing syncs."""
         b, t = tokens.shape
         state = RunState(self.switches, self.dispatch, self._sparse_ord, capture=capture)
         with scope("embed"):
             x = self.embed(tokens)  # [B, T, H]
-        cos, sin = self.rope(pos, t)
+        cos, sin = self.rope(pos, t, caches[0].capacity if isinstance(pos, torch.Tensor) else 0)
         for layer, cache in zip(self.layers, caches):
             x = layer(x, pos, cos, sin, cache, state)
         if last_only:

@@ -47,6 +47,7 @@ class Comm:
         self.group = group
         self.tp = tp
         self.active = group is not None and tp > 1
+        self.backend = dist.get_backend(group) if self.active else None  # gloo | nccl (RCCL on ROCm)
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         if self.active:
@@ -54,12 +55,13 @@ class Comm:
         return x
 
     def all_gather_last(self, x: torch.Tensor) -> torch.Tensor:
-        """Concatenate each rank's x along the last dim (rank order)."""
+        """Concatenate each rank's x along the last dim (rank order). One all_gather_into_tensor into one buffer
+        (what a CUDA graph captures cleanly), then a reshape: [tp * N, ...] -> [..., tp * last]."""
         if not self.active:
             return x
-        parts = [torch.empty_like(x) for _ in range(self.tp)]
-        dist.all_gather(parts, x.contiguous(), group=self.group)
-        return torch.cat(parts, dim=-1)
+        out = x.new_empty((self.tp * x.shape[0], *x.shape[1:]))
+        dist.all_gather_into_tensor(out, x.contiguous(), group=self.group)
+        return out.view(self.tp, *x.shape).movedim(0, -2).reshape(*x.shape[:-1], self.tp * x.shape[-1])
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -178,5 +180,6 @@ def apply(model, plan: ShardPlan, comm: Comm | None = None):
     if comm.active:
         model.lm_head.register_forward_hook(lambda _m, _inputs, logits: comm.all_gather_last(logits))
     model.plan = plan
+    model.comm = comm
     model.dispatch.rank = plan.rank
     return model

@@ -19,7 +19,8 @@ def render_run(s, con) -> None:
               f"tp={s.parallel['tp']} ep={s.parallel['ep']}: batch {wl['batch']}, prompt {wl['prompt_len']}, "
               f"{wl['decode_steps']} decode steps")
     con.print(f"switches: experts={sw['moe_impl']}, shared expert={sw['shared_expert']}, "
-              f"block reuse K={sw['block_reuse']}, attention={sw['attention']}")
+              f"block reuse K={sw['block_reuse']}, attention={sw['attention']}, "
+              f"graphs={'on' if sw.get('graphs') else 'off'}")
     cols = [Col("run", keep=10, wrap=True), Col("prefill tok/s", "right", keep=9, wrap=True),
             Col("decode tok/s", "right", keep=9, wrap=True),
             Col("dilation (prefill / decode / total)", "right", keep=7, wrap=True)]

@@ -1,0 +1,185 @@
+"""CUDA/HIP-graph decode (`Switches(graphs=True)`): a static-shape decode step and the runner that captures it once
+per (batch, KV cache) and replays it for every later decode step.
+
+The static step (`StaticDecode.step`) reads only static buffers (the input tokens [B, 1], the position [1] as a
+device long tensor) and writes only static buffers (the last logits [B, V], their argmax [B]). Inside the model
+the position stays on the device: RoPE rows are gathered from the precomputed table, KV and index-key writes are
+index_copy_ at the position, and attention and the lightning indexer run over the whole cache capacity with the
+positions past the query masked (a block that holds no valid key is never selected, and a -1 slot is masked out
+of the attention). The grouped experts sort and count on the device; the loop experts sync with the host and are
+refused. Block reuse keeps its selection in a tensor made within the step, so it needs no buffer of its own.
+
+`GraphRunner.decode` is what generate() calls per decode step: the first call runs the static step eagerly (warm-up,
+and a reference that runs the same kernels as the replays), the second captures it (`capture`, by default
+`cuda_graph_capture`: one warm-up on the capture stream, then torch.cuda.graph) and replays it, later calls replay.
+Python does not run during a replay, so the dispatch log gets its rows once, at capture; each replayed step gets
+a copy of them with its own step number. Tests inject a fake capture (a callable that returns the step itself as
+the "replay") to check this bookkeeping on CPU, where no graph exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+
+import torch
+
+from mmprof.errors import BadInput
+
+from .config import GRAPHS_NEED_GROUPED
+from .dispatch import DispatchRecord
+from .scopes import scope, set_scopes_enabled
+
+# capture(step, warmup_step) -> replay: `warmup_step` runs the step with the dispatch log and scopes muted
+Capture = Callable[[Callable[[], None], Callable[[], None]], Callable[[], None]]
+
+CAPTURE_SCOPE = "mmprof.graph.capture"
+GRAPHS_NEED_NCCL = ("graphs need NCCL/RCCL for tensor-parallel collectives: a gloo all-reduce runs on the host and "
+                    "cannot be captured")
+
+
+def cuda_graph_capture(step: Callable[[], None], warmup_step: Callable[[], None], warmup: int = 1):
+    """The standard torch recipe: warm up on a side stream, then capture one step on that stream into a CUDAGraph.
+    Returns the graph's replay (it keeps the graph, and its private memory pool, alive)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            warmup_step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        step()
+    return graph.replay
+
+
+def check_graphs(model, real_capture: bool = True) -> None:
+    """Refuse, with one line, a model whose decode step cannot be captured. The device and backend checks apply
+    to a real capture only (a fake one, in tests, runs the static step on CPU and over gloo)."""
+    if model.switches.moe_impl == "loop":
+        raise BadInput(GRAPHS_NEED_GROUPED)
+    if not real_capture:
+        return
+    comm = getattr(model, "comm", None)
+    if comm is not None and comm.active and getattr(comm, "backend", None) == "gloo":
+        raise BadInput(GRAPHS_NEED_NCCL)
+    device = model.embed.weight.device
+    if device.type != "cuda":
+        raise BadInput(f"graphs need a CUDA or ROCm GPU (torch.cuda.CUDAGraph); this model is on {device.type}")
+
+
+@contextlib.contextmanager
+def quiet(model) -> Iterator[None]:
+    """No dispatch rows and no scopes while the block runs (what a graph replay does: no Python runs in it)."""
+    log = model.dispatch
+    prev_log, log.enabled = log.enabled, False
+    prev_scopes = set_scopes_enabled(False)
+    try:
+        yield
+    finally:
+        log.enabled = prev_log
+        set_scopes_enabled(prev_scopes)
+
+
+class StaticDecode:
+    """The static buffers of one (batch, caches) decode step and the step that reads and writes only them."""
+
+    def __init__(self, model, caches, batch: int):
+        device = model.embed.weight.device
+        self.model, self.caches = model, caches
+        self.tokens = torch.zeros(batch, 1, dtype=torch.long, device=device)  # [B, 1] input token ids
+        self.pos = torch.zeros(1, dtype=torch.long, device=device)  # [1] position of the input tokens
+        self.logits: torch.Tensor | None = None  # [B, V] last-position logits (made by the first, eager, step)
+        self.next = torch.zeros(batch, dtype=torch.long, device=device)  # [B] greedy next token
+
+    def set_inputs(self, tokens: torch.Tensor, pos: int) -> None:
+        """tokens [B, 1] (device); copied into the static buffers on the current stream, no host sync."""
+        self.tokens.copy_(tokens)
+        self.pos.fill_(pos)
+
+    def step(self) -> None:
+        logits = self.model(self.tokens, self.pos, self.caches)[:, -1]  # [B, V]
+        if self.logits is None:
+            self.logits = torch.empty_like(logits)
+        self.logits.copy_(logits)
+        self.next.copy_(self.logits.argmax(-1))
+
+
+@dataclasses.dataclass
+class GraphStats:
+    """What a runner did: the steps it ran eagerly, the one it captured at, and those it replayed."""
+
+    eager_steps: list[int] = dataclasses.field(default_factory=list)
+    capture_step: int | None = None
+    replayed_steps: list[int] = dataclasses.field(default_factory=list)
+    captures: int = 0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class GraphRunner:
+    """One captured decode step for one (batch size, KV caches); `decode` per step, in generate()'s step scopes."""
+
+    def __init__(self, model, caches, batch: int, capture: Capture | None = None):
+        check_graphs(model, real_capture=capture is None)
+        self.model = model
+        self.static = StaticDecode(model, caches, batch)
+        self.capture_fn: Capture = capture or cuda_graph_capture
+        self.replay_fn: Callable[[], None] | None = None
+        self.rows: list[DispatchRecord] = []  # the dispatch rows the captured step wrote
+        self.stats = GraphStats()
+
+    @property
+    def captured(self) -> bool:
+        return self.replay_fn is not None
+
+    def eager(self, step: int) -> None:
+        """Run the static step eagerly (its kernels, scopes and dispatch rows as usual)."""
+        self.static.step()
+        self.stats.eager_steps.append(step)
+
+    def capture(self, step: int) -> None:
+        """Capture the static step (under the `mmprof.graph.capture` scope when called by `decode`); the inputs must
+        be set. The capture writes the dispatch rows of `step` once; they are kept for the replays."""
+        if self.static.logits is None:  # the output buffer is made by an eager step, outside the graph's pool
+            with quiet(self.model):
+                self.static.step()
+        log = self.model.dispatch
+        n0 = len(log.records)
+
+        def warm() -> None:
+            with quiet(self.model):
+                self.static.step()
+
+        self.replay_fn = self.capture_fn(self.static.step, warm)
+        self.rows = list(log.records[n0:])
+        self.stats.capture_step, self.stats.captures = step, self.stats.captures + 1
+
+    def replay(self, step: int, phase: str = "decode") -> None:
+        """Replay the captured step; the dispatch log gets the captured rows again with this step number (except
+        on the step that captured, which wrote them)."""
+        with quiet(self.model):
+            self.replay_fn()
+        if step != self.stats.capture_step:
+            self.model.dispatch.extend_as(self.rows, step, phase)
+        self.stats.replayed_steps.append(step)
+
+    def decode(self, step: int, tokens: torch.Tensor, pos: int, on_capture=None) -> torch.Tensor:
+        """One decode step: tokens [B, 1] at `pos` -> the static logits [B, V] (argmax in `self.static.next`).
+        First call: eager; second: capture, then replay; later: replay. `on_capture(start: bool)` brackets the
+        capture (generate() times it apart from the step)."""
+        self.static.set_inputs(tokens, pos)
+        if not self.stats.eager_steps:
+            self.eager(step)
+        else:
+            if not self.captured:
+                if on_capture is not None:
+                    on_capture(True)
+                with scope(CAPTURE_SCOPE):
+                    self.capture(step)
+                if on_capture is not None:
+                    on_capture(False)
+            self.replay(step)
+        return self.static.logits
