@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from mmprof.analysis.checks.shapes_observed import ATTN_OPS, GEMM_OPS, canonical
 from mmprof.analysis.events import infer_parents
+from mmprof.analysis.gemm_calls import ATTN_OPS, GEMM_OPS, canonical
 from mmprof.analysis.problems import LayerProblems, Problem, head_problems, rank_problems
 from mmprof.analysis.structure import Regions
 from mmprof.labels import region_name

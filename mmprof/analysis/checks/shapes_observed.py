@@ -5,18 +5,14 @@ the analytic per-rank shapes (SH006) and across ranks (SH005), registered by cod
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections import Counter, defaultdict
 from typing import Any
 
 from mmprof.analysis.checks.registry import check
+from mmprof.analysis.gemm_calls import ATTN_OPS, GEMM_OPS, canonical  # noqa: F401 (re-exported)
 from mmprof.labels import parse_path
 from mmprof.shapes_model import Call, Comparison, Finding
 
-GEMM_OPS = re.compile(r"(^|::|\.)(mm|addmm|bmm|baddbmm|matmul|linear|_grouped_mm|grouped_mm|_scaled_mm|"
-                      r"_scaled_grouped_mm)(\.default|\.out|\.Tensor)?$|gemm|GroupedMM|fused_moe|fused_experts", re.I)
-ATTN_OPS = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|cudnn_attention|flash_attn", re.I)
 JUDGED_ROLES = ("attn.qkv", "attn.o_proj", "attn.core", "attn.indexer", "mlp", "moe.router", "moe.routed",
                 "moe.shared", "lm_head")
 
@@ -25,38 +21,6 @@ def role_of(scope: str) -> tuple[int, str] | None:
     """(layer, role) of a call's label when it names a region whose GEMMs can be judged; None otherwise."""
     r = parse_path(scope) if scope else None
     return (r.layer, r.role) if r is not None and r.role in JUDGED_ROLES else None
-
-
-def _base(op: str) -> str:
-    """'aten::_grouped_mm', 'aten._grouped_mm.default', 'mm' -> 'grouped_mm', 'mm'."""
-    name = op.split("::")[-1]
-    if name.startswith(("aten.", "torch.")):
-        name = name.split(".", 1)[1]
-    return name.split(".")[0].lstrip("_")
-
-
-def canonical(op: str, shapes: list[list[int]]) -> tuple[int, int, int, int] | None:
-    """(M, N, K, groups) of a GEMM-like call from its input shapes; None when they do not say."""
-    s = [x for x in shapes if isinstance(x, list)]
-    base = _base(op)
-    try:
-        if base in ("mm",) and len(s) >= 2 and len(s[0]) == 2:
-            return s[0][0], s[1][1], s[0][1], 1
-        if base == "addmm" and len(s) >= 3:
-            return s[1][0], s[2][1], s[1][1], 1
-        if base in ("bmm", "baddbmm"):
-            a, b = (s[1], s[2]) if base == "baddbmm" else (s[0], s[1])
-            return a[1], b[2], a[2], a[0]
-        if base == "linear" and len(s) >= 2:
-            return math.prod(s[0][:-1]), s[1][0], s[1][1], 1
-        if base in ("grouped_mm", "scaled_grouped_mm") and len(s) >= 2 and len(s[1]) == 3:
-            return s[0][0], s[1][2], s[1][1], s[1][0]
-        if base == "matmul" and len(s) >= 2 and len(s[0]) >= 2 and len(s[1]) >= 2:
-            lead = s[0][:-2] or s[1][:-2]
-            return s[0][-2], s[1][-1], s[0][-1], math.prod(lead) if lead else 1
-    except (IndexError, TypeError):
-        return None
-    return None
 
 
 UNJUDGED = "unjudged"  # a GEMM-like op whose input shapes do not give M, N, K: neither a match nor a mismatch
