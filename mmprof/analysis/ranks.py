@@ -25,6 +25,7 @@ import pandas as pd
 from mmprof.analysis.collectives import CollectiveStat, align_calls, collective_stats
 from mmprof.analysis.events import CAT_COMM, events_of
 from mmprof.analysis.timeline import phase_labels
+from mmprof.errors import NoEvidence
 from mmprof.units import fmt_ns
 
 THRESHOLD = 0.05      # imbalance (the ranks' spread in waiting, as a share of the step) that makes a finding
@@ -166,6 +167,8 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
     ev = events if events is not None else events_of(profile, shape_regions=shape_regions)
     C = profile.tables["collectives"]
     nc = profile.n("collectives")
+    if not len(ev) and not nc:
+        raise NoEvidence("the profile has no kernels, copies, CPU ops or collectives: no ranks to compare")
     lab = phase_labels(profile, np.concatenate([ev.phase, C["phase"]]))
     ev_ph, c_ph = lab[:len(ev)], lab[len(ev):]
     calls = align_calls(profile, ev, c_ph)
@@ -183,6 +186,8 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
         "end": np.concatenate([ev.end, calls.start + calls.dur]), "reg": rcodes,
         "comm": np.concatenate([ev.cat == CAT_COMM, np.ones(nc, dtype=bool)])})
     if phase is not None:
+        if phase not in set(items["phase"]):
+            raise NoEvidence(f"the profile has no {phase!r} phase (it has: {', '.join(sorted(set(items['phase'])))})")
         items = items[items["phase"] == phase]
     wk = items[["rank", "phase", "step"]].drop_duplicates().reset_index(drop=True)
     wk["w"] = np.arange(len(wk))
