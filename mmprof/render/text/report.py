@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mmprof.analysis.timeline import CATEGORIES
+from mmprof.render.text.ranks import render_verdicts
 from mmprof.units import fmt_ns, fmt_pct
 
 TOP_ROWS = 12
@@ -63,6 +64,10 @@ def render_report(report, console) -> None:
             console.print(f"  launch: {L.verdict} ({escape(L.reason)}); launch-to-start p50 {fmt_ns(L.delay_p50_ns)}, "
                           f"p90 {fmt_ns(L.delay_p90_ns)}; {L.short_kernels} kernels shorter than their launch call; "
                           f"launches per step {'-' if L.launches_per_step is None else f'{L.launches_per_step:.0f}'}")
+    if report.ranks is not None:
+        console.print()
+        console.print("[bold]across ranks[/bold] (mmprof ranks has the details):")
+        render_verdicts(report.ranks, console)
     console.print()
     console.print(escape(report.checks.get("summary", "checks: not available")))
     for w in report.warnings:
@@ -103,6 +108,11 @@ def render_diff(d, console) -> None:
     _delta_table(console, f"by scope, time {unit}", d.by_scope)
     _delta_table(console, f"by layer, time {unit}", d.by_layer)
     _delta_table(console, "by rank: median step time", d.by_rank)
+    if d.ranks:
+        console.print("[bold]across ranks[/bold] (mmprof ranks has the details):")
+        for side in ("before", "after"):
+            for v in (d.ranks.get(side) or {}).get("phases", []):
+                console.print(f"  {side}: {escape(v['verdict'])}")
     for w in d.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(w)}")
 
