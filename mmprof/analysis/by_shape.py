@@ -146,7 +146,7 @@ def by_shape(profile, phase: str | None = None, rank: int | None = None, shape_r
     safe = np.where(has, op, 0)
     roof = ev.roof
     role = ev.role[idx]
-    region = np.where(role != None, role, np.where(ev.region[idx] != None, ev.region[idx], UNSCOPED))  # noqa: E711
+    region = np.where(role != None, role, np.where(ev.region[idx] != None, ev.region[idx], UNSCOPED))
     b = roof.bound[idx]
     dur = ev.dur[idx].astype(np.float64)
     df = pd.DataFrame({
