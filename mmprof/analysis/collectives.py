@@ -107,19 +107,33 @@ def align_calls(profile, ev, phase: np.ndarray) -> Calls:
     df = pd.DataFrame({"rank": C["rank"], "start": C["start_ns"], "dur": np.maximum(C["dur_ns"], 0), "name": name,
                        "group": grp, "phase": phase, "step": C["step"], "size": size})
     df = df.sort_values(["rank", "start"], kind="stable")
-    keys = ["group", "name", "phase", "step"]
-    df["seq"] = df.groupby(["rank", *keys], sort=False).cumcount()
-    df["calls"] = df.groupby(["rank", *keys], sort=False)["seq"].transform("size")
-    by_key = df.groupby(keys, sort=False)["calls"]
-    lim, most = by_key.transform("min").to_numpy(), by_key.transform("max").to_numpy()
     warnings, notes = [], []
-    uneven = np.flatnonzero(lim != most)
-    if len(uneven):
+    # the finest key whose call counts agree on every rank: step labels anchor the alignment when ranks captured
+    # different steps, but a collective launched outside the step range on one rank only (autograd threads, a
+    # late launch) has no step there, and then call order over the phase or the profile is the better key
+    for keys in (["group", "name", "phase", "step"], ["group", "name", "phase"], ["group", "name"]):
+        seq = df.groupby(["rank", *keys], sort=False).cumcount()
+        calls = seq.groupby([df[k] for k in ["rank", *keys]], sort=False).transform("size")
+        by_key = calls.groupby([df[k] for k in keys], sort=False)
+        lim, most = by_key.transform("min").to_numpy(), by_key.transform("max").to_numpy()
+        if (lim == most).all():
+            break
+    else:
+        keys = ["group", "name", "phase", "step"]
+        seq = df.groupby(["rank", *keys], sort=False).cumcount()
+        calls = seq.groupby([df[k] for k in ["rank", *keys]], sort=False).transform("size")
+        by_key = calls.groupby([df[k] for k in keys], sort=False)
+        lim, most = by_key.transform("min").to_numpy(), by_key.transform("max").to_numpy()
+        uneven = np.flatnonzero(lim != most)
         r = df.iloc[int(uneven[0])]
         nkeys = df.iloc[uneven].groupby(keys, sort=False).ngroups
         warnings.append(f"{nkeys} collective(s) were called a different number of times on different ranks "
                         f"(e.g. {r['name']} on {r['group']}, phase {r['phase']}, step {r['step']}: "
                         f"{int(lim[uneven[0]])} to {int(most[uneven[0]])} calls): only the first calls of each are aligned")
+    if "step" not in keys:
+        notes.append("collectives carry different step labels on different ranks: aligned by call order over "
+                     + ("each phase" if "phase" in keys else "the whole profile"))
+    df["seq"] = seq.to_numpy()
     matched = df["seq"].to_numpy() < lim
     inst = np.where(matched, df.groupby([*keys, "seq"], sort=False).ngroup().to_numpy(), -1) if len(df) else \
         np.zeros(0, np.int64)
