@@ -117,10 +117,24 @@ def _dtypes(types: str | None) -> str:
     return ",".join(out) or "-"
 
 
-def _kernels(df: pd.DataFrame, prof) -> list[KernelUse]:
-    g = df.groupby("kname").agg(n=("dur", "size"), t=("dur", "sum"), v=("variant", "first"))
-    g = g.sort_values("t", ascending=False).head(KERNELS_PER_ROW)
-    return [KernelUse(prof.string(int(k)) or "?", str(r["v"]), int(r["n"]), int(r["t"])) for k, r in g.iterrows()]
+def _kernels(df: pd.DataFrame, gid: np.ndarray, prof) -> dict[int, list[KernelUse]]:
+    """The top kernels (by time) of every group: one aggregation over all groups at once."""
+    k = pd.DataFrame({"g": gid, "k": df["kname"].to_numpy(), "d": df["dur"].to_numpy(),
+                      "v": df["variant"].to_numpy()})
+    a = k.groupby(["g", "k"], sort=False).agg(n=("d", "size"), t=("d", "sum"), v=("v", "first")).reset_index()
+    a = a.sort_values(["g", "t"], ascending=[True, False], kind="stable")
+    a = a[a.groupby("g", sort=False).cumcount() < KERNELS_PER_ROW]
+    out: dict[int, list[KernelUse]] = {}
+    for g, kn, n, t, v in zip(a["g"].tolist(), a["k"].tolist(), a["n"].tolist(), a["t"].tolist(), a["v"].tolist()):
+        out.setdefault(int(g), []).append(KernelUse(prof.string(int(kn)) or "?", str(v), int(n), int(t)))
+    return out
+
+
+def _family(df: pd.DataFrame, gid: np.ndarray) -> dict[int, str]:
+    """The most frequent family of every group."""
+    f = pd.DataFrame({"g": gid, "f": df["family"].to_numpy()}).groupby(["g", "f"], sort=False).size()
+    f = f.sort_values(ascending=False, kind="stable").reset_index().drop_duplicates("g")
+    return dict(zip(f["g"].tolist(), f["f"].tolist()))
 
 
 def by_shape(profile, phase: str | None = None, rank: int | None = None, shape_regions=None,
@@ -166,28 +180,36 @@ def by_shape(profile, phase: str | None = None, rank: int | None = None, shape_r
     comp = df[~np.isin(df["cat"], [CAT_COMM, CAT_MEMCPY])]
     compute_ns = float(comp["dur"].sum())
     s = profile.string
+    keys = ["region", "op", "dims", "types"]
+    gid = comp.groupby(keys, sort=False).ngroup().to_numpy()
+    agg = comp.assign(g=gid).groupby("g", sort=True).agg(
+        region=("region", "first"), op=("op", "first"), dims=("dims", "first"), types=("types", "first"),
+        t=("dur", "sum"), kt=("kt", "sum"), fl=("fl", "sum"), by=("by", "sum"), c=("c", "sum"), mm=("mm", "sum"),
+        ce=("ce", "sum"), me=("me", "sum"), calls=("row", "nunique"),
+        layers=("layer", lambda x: fmt_ranges(x.unique().tolist())))
+    kernels, families = _kernels(comp, gid, profile), _family(comp, gid)
     rows = []
-    for (reg, opn, dims, types), g in comp.groupby(["region", "op", "dims", "types"], sort=False):
-        t = float(g["dur"].sum())
-        kt = float(g["kt"].sum())
-        fl, by = float(g["fl"].sum()), float(g["by"].sum())
+    for g, r in zip(agg.index.tolist(), agg.itertuples(index=False)):
+        t, kt, c, mm = float(r.t), float(r.kt), float(r.c), float(r.mm)
+        fl, by = float(r.fl), float(r.by)
         known = kt > 0
-        c, mm = float(g["c"].sum()), float(g["mm"].sum())
         bound = "unknown" if c + mm == 0 else ("compute" if c >= mm else "memory")
-        eff = (float(g["ce"].sum()) / c if bound == "compute" else float(g["me"].sum()) / mm) if c + mm else None
+        eff = (float(r.ce) / c if bound == "compute" else float(r.me) / mm) if c + mm else None
         rows.append(ShapeRow(
-            str(reg), fmt_ranges(g["layer"].unique().tolist()), NO_OP if opn == -2 else (s(int(opn)) or "?"),
-            (s(int(dims)) or "-") if dims >= 0 else "-", _dtypes(s(int(types)) if types >= 0 else None),
-            str(g["family"].value_counts().idxmax()), int(g["row"].nunique()), int(t),
-            t / compute_ns if compute_ns else 0.0, fl if known else None, by if known else None,
+            str(r.region), r.layers, NO_OP if r.op == -2 else (s(int(r.op)) or "?"),
+            (s(int(r.dims)) or "-") if r.dims >= 0 else "-", _dtypes(s(int(r.types)) if r.types >= 0 else None),
+            str(families[g]), int(r.calls), int(t), t / compute_ns if compute_ns else 0.0,
+            fl if known else None, by if known else None,
             fl / (kt * 1e-9) / 1e12 if known else None, by / (kt * 1e-9) / 1e12 if known else None,
-            fl / by if known and by > 0 else None, bound, eff, _kernels(g, profile)))
+            fl / by if known and by > 0 else None, bound, eff, kernels.get(g, [])))
     rows.sort(key=lambda r: -r.time_ns)
-    ops = []
-    for opn, g in df.groupby("op", sort=False):
-        t = float(g["dur"].sum())
-        ops.append(OpTime(NO_OP if opn == -2 else (s(int(opn)) or "?"), str(g["family"].value_counts().idxmax()),
-                          int(g["row"].nunique()), int(t), t / total if total else 0.0, _kernels(g, profile)))
+    ogid = df.groupby("op", sort=False).ngroup().to_numpy()
+    oagg = df.assign(g=ogid).groupby("g", sort=True).agg(op=("op", "first"), t=("dur", "sum"),
+                                                          calls=("row", "nunique"))
+    okern, ofam = _kernels(df, ogid, profile), _family(df, ogid)
+    ops = [OpTime(NO_OP if r.op == -2 else (s(int(r.op)) or "?"), str(ofam[g]), int(r.calls), int(r.t),
+                  float(r.t) / total if total else 0.0, okern.get(g, []))
+           for g, r in zip(oagg.index.tolist(), oagg.itertuples(index=False))]
     ops.sort(key=lambda o: -o.time_ns)
     notes = list(ev.notes)
     no_op = int((~has).sum())

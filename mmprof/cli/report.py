@@ -32,11 +32,11 @@ def report(profile: str, as_json: bool, phase: str | None, rank: int | None, top
     """Per phase and rank: where the wall time went (compute-bound, memory-bound, communication, memcpy,
     launch-bound idle), top kernels with their roofline bound and efficiency, and a one-line bottleneck; on a
     multi-rank profile the imbalance verdict per phase (see `mmprof ranks`)."""
+    if by_shape_ and (markdown_file or html_file):
+        raise BadInput("--by-shape writes no Markdown or HTML: use --json for the whole table")
     prof = load_any(profile)
     regions = shape_regions(prof, model, tp, ep)
     if by_shape_:
-        if markdown_file or html_file:
-            raise BadInput("--by-shape writes no Markdown or HTML: use --json for the whole table")
         shapes = by_shape(prof, phase=phase, rank=rank, shape_regions=regions)
         if as_json:
             echo_json(shapes.to_dict())
