@@ -25,7 +25,7 @@ from mmprof.units import fmt_ns
 from tests.conftest import ROOT, data_file
 from tests.test_record import run_record, script, torchrun
 
-SLEEP_S = 0.06
+SLEEP_S = 0.25  # well above the CPU noise of a first forward on a loaded 2-core machine (~0.1 s seen)
 SLOW_RANK, SLOW_LAYER = 1, 3
 
 
@@ -64,7 +64,7 @@ def test_slowed_rank_is_named_with_its_layer_and_the_others_wait(slowed, capsys)
         assert p["finding"] and p["straggler"] == SLOW_RANK, p["verdict"]
         assert p["layer"] == f"layers.{SLOW_LAYER}" and p["role"].startswith("moe"), p["verdict"]
         # one sleep per forward: the extra time in that layer is the sleep (plus CPU noise), per step
-        assert 0.9 * sleep <= p["extra_ns"] <= sleep + 25e6, p
+        assert 0.9 * sleep <= p["extra_ns"] <= sleep + 0.1e9, p
         assert p["others_wait_ns"] >= 0.8 * sleep and p["collective"] == "allreduce", p
         assert f"rank {SLOW_RANK} is the straggler" in p["verdict"] and f"in layers.{SLOW_LAYER} (" in p["verdict"]
     decode = [s for s in doc["steps"] if s["phase"] == "decode"]
