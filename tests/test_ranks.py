@@ -189,6 +189,37 @@ def test_start_up_skew_is_not_counted_as_waiting():
     assert all(not p.finding for p in result.phases)
 
 
+def test_four_ranks_waits_and_stragglers_match_a_plain_recount():
+    """TP 4 over gloo (examples/cpu-tp): recount every instance's waits from the collectives table in plain
+    Python (call order per collective, phase and step; the first call of each rank left out) and compare."""
+    prof = load_profile(ROOT / "examples" / "cpu-tp" / "tp4_fused.json.gz")
+    c = prof.df("collectives").sort_values(["rank", "start_ns"])
+    calls = defaultdict(list)        # (name, phase, step, k) -> [(rank, dur)]
+    seen, first = defaultdict(int), set()
+    for row in c.itertuples():
+        key = (str(row.name), str(row.phase), int(row.step))
+        calls[(*key, seen[(row.rank, *key)])].append((row.rank, row.dur_ns))
+        seen[(row.rank, *key)] += 1
+        if row.rank not in {r for r, _ in first}:
+            first.add((row.rank, (*key, 0)))
+    wait = defaultdict(float)        # (phase, step, rank) -> ns
+    for key, xs in calls.items():
+        assert len(xs) == 4
+        lo = min(d for _, d in xs)
+        for r, d in xs:
+            if (r, key) not in first:
+                wait[(key[1], key[2], r)] += d - lo
+    result = rank_analysis(prof)
+    assert len(result.steps) == 5 and result.ranks == [0, 1, 2, 3]   # prefill + 4 decode steps (README there)
+    for s in result.steps:
+        w = {r: wait[(s.phase, s.step, r)] for r in range(4)}
+        assert s.rank == min(w, key=w.get)
+        assert s.others_wait_ns == pytest.approx(statistics.mean(v for r, v in w.items() if r != s.rank), abs=4)
+        assert s.spread_ns == pytest.approx(max(w.values()) - min(w.values()), abs=4)
+    for r in result.per_rank:
+        assert r.transfer_ns + r.wait_ns == pytest.approx(r.comm_ns) and r.busy_ns <= r.step_ns
+
+
 def test_bus_factors_and_link_peaks():
     assert bus_factor("allreduce", 8) == pytest.approx(1.75)
     assert bus_factor("allgather", 8) == bus_factor("reduce_scatter", 8) == bus_factor("all_to_all", 8) == 0.875

@@ -241,8 +241,8 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
             findings.append(f"{ph}: rank {v.straggler} holds the others back {v.imbalance:.0%} of the step "
                             f"(threshold {threshold:.0%})" + (f"; it is slower in {where}" if where else ""))
     if len(ranks) < 2:
-        notes.append("one rank in the profile: no imbalance to measure; collective times include any waiting, so "
-                     "their bandwidths are lower bounds")
+        notes.append("one rank in the profile: no imbalance to measure" + (
+            "; collective times include any waiting, so their bandwidths are lower bounds" if nc else ""))
     if nc == 0 and len(ranks) > 1:
         notes.append("no collectives in the profile: ranks cannot be aligned, so waits are unknown")
     stats, links = collective_stats(profile, calls, None if phase is None else c_ph == phase)
