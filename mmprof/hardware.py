@@ -230,3 +230,54 @@ def profile_peaks(profile: Any) -> tuple[dict[int, Peak | None], list[str], list
         if warn and warn not in warnings:
             warnings.append(warn)
     return out, warnings, notes
+
+
+# -- GPU-to-GPU links, for collective bus bandwidth ---------------------------------------------------------
+@dataclass(frozen=True)
+class LinkPeak:
+    """Scale-up link bandwidth of one GPU to its peers, per direction (GB/s): what nccl-tests' bus bandwidth is
+    compared with (nccl-tests PERFORMANCE.md: "the measurement is of a unidirectional bandwidth")."""
+
+    key: str
+    link: str
+    gbs_per_direction: float
+    source: str
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.gbs_per_direction * 1e9
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Sources (vendors quote the bidirectional aggregate; per direction is half):
+#  NVIDIA H100 SXM / H200 SXM: NVLink 4, 18 links x 50 GB/s = 900 GB/s bidirectional per GPU (nvidia.com H100
+#    data sheet, H200 page) -> 450 GB/s per direction.
+#  NVIDIA B200: NVLink 5, 1.8 TB/s bidirectional per GPU (nvidia.com DGX B200 data sheet) -> 900 GB/s.
+#  NVIDIA A100 SXM4: NVLink 3, 12 links, 600 GB/s bidirectional (nvidia.com A100 data sheet) -> 300 GB/s.
+#  AMD MI300X / MI325X: 7 Infinity Fabric (xGMI) links x 128 GB/s peak bidirectional each (amd.com MI300X and
+#    MI325X data sheets: "Peak Infinity Fabric Link Bandwidth 128 GB/s"; 16 lanes x 32 Gb/s) = 896 GB/s -> 448 GB/s.
+#  AMD MI355X: 7 xGMI links x 153.6 GB/s peak bidirectional each (amd.com MI355X spec) = 1075.2 GB/s -> 537.6 GB/s.
+#  PCIe cards (H100 PCIe, ...) are left out: their peer bandwidth depends on optional bridges and the host.
+LINKS: dict[str, LinkPeak] = {k.key: k for k in [
+    LinkPeak("h200", "NVLink 4", 450.0, "nvidia.com H200 page: NVLink 900 GB/s bidirectional"),
+    LinkPeak("h100-sxm", "NVLink 4", 450.0, "nvidia.com H100 data sheet: NVLink 900 GB/s bidirectional"),
+    LinkPeak("b200", "NVLink 5", 900.0, "nvidia.com DGX B200 data sheet: NVLink 1.8 TB/s bidirectional per GPU"),
+    LinkPeak("a100-sxm4-40gb", "NVLink 3", 300.0, "nvidia.com A100 data sheet: NVLink 600 GB/s bidirectional"),
+    LinkPeak("a100-sxm4-80gb", "NVLink 3", 300.0, "nvidia.com A100 data sheet: NVLink 600 GB/s bidirectional"),
+    LinkPeak("mi300x", "xGMI (Infinity Fabric)", 448.0, "amd.com MI300X data sheet: 7 links x 128 GB/s bidirectional"),
+    LinkPeak("mi325x", "xGMI (Infinity Fabric)", 448.0, "amd.com MI325X data sheet: 7 links x 128 GB/s bidirectional"),
+    LinkPeak("mi355x", "xGMI (Infinity Fabric)", 537.6, "amd.com MI355X spec: 7 links x 153.6 GB/s bidirectional"),
+]}
+
+
+def link_peak(device: dict[str, Any] | None) -> LinkPeak | None:
+    """The scale-up link of one `meta.ranks[].devices[]` entry; None for CPUs, unknown or PCIe devices."""
+    peak, _ = lookup(device)
+    return LINKS.get(peak.key) if peak is not None else None
+
+
+def profile_links(profile: Any) -> dict[int, LinkPeak | None]:
+    """Link peak per rank of a Profile (the rank's first device)."""
+    return {rank: link_peak(profile.device_info(rank)) for rank in profile.ranks}

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.events import EventFrame, events_of
+from mmprof.analysis.ranks import rank_analysis
 from mmprof.analysis.timeline import CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, phase_labels, timeline
 from mmprof.errors import NoEvidence
 from mmprof.labels import is_marker, module_event
@@ -178,6 +179,7 @@ class DiffResult:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     plain: dict[str, Any] | None = None  # tokens/s measured without the profiler (mmprof run's meta.run), both sides
+    ranks: dict[str, Any] | None = None  # imbalance across ranks (`mmprof ranks`), both sides, on multi-rank profiles
 
     @property
     def moved(self) -> bool:
@@ -195,7 +197,8 @@ class DiffResult:
                 "matched": [d.to_dict() for d in self.matched], "by_scope": [d.to_dict() for d in self.by_scope],
                 "by_layer": [d.to_dict() for d in self.by_layer], "by_rank": [d.to_dict() for d in self.by_rank],
                 "layers": [d.to_dict() for d in self.layers],
-                "per_step": self.per_step, "notes": self.notes, "warnings": self.warnings, "plain": self.plain}
+                "per_step": self.per_step, "notes": self.notes, "warnings": self.warnings, "plain": self.plain,
+                "ranks": self.ranks}
 
 
 def _short(s: str, n: int = 60) -> str:
@@ -423,9 +426,13 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
         sb = b.tl.step_stats(ph, r) if ph else _whole(b.tl, r)
         sa = a.tl.step_stats(ph, r) if ph else _whole(a.tl, r)
         by_rank.append(Delta(f"rank {r}", sb.median_ns or 0.0, sa.median_ns or 0.0))
+    across = None
+    if rank is None and max(len(b.tl.ranks), len(a.tl.ranks)) > 1:
+        across = {lab: (rank_analysis(s.profile, s.events, phase=ph).summary() if len(s.tl.ranks) > 1 else None)
+                  for lab, s in (("before", b), ("after", a))}
     return DiffResult(labels[0], labels[1], phase_name, rank, (b.events.source, a.events.source), steps, cats, dom,
                       verdict, _path_changes(vb, va), matched, by_scope, by_layer, by_rank, per_step, layers,
-                      notes, warnings, plain=plain)
+                      notes, warnings, plain=plain, ranks=across)
 
 
 def _whole(tl: TimelineResult, rank: int | None):

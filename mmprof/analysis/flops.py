@@ -4,11 +4,11 @@ Inputs are what torch.profiler records with `record_shapes=True`: `input_dims` (
 scalars and None) and `input_types` (JSON list of dtype names such as "c10::BFloat16", "float", "Scalar").
 
 Covered: GEMMs (aten::mm, addmm, bmm, baddbmm, linear, matmul, _scaled_mm), grouped GEMMs (aten::_grouped_mm,
-with tokens per expert when given), attention (scaled_dot_product_attention and its flash / efficient / cudnn /
-CPU kernels, flash_attn ops, and block-sparse attention through `sparse_attention_cost`), and elementwise / norm /
-softmax / reduction / copy ops. Bytes count each input read once and the output written once (the minimum
-traffic; caches can only lower the real figure, so intensities are lower bounds). An op not covered, or one with
-missing shapes, gives None: never a guess.
+with tokens per expert when given, and the fused-MoE expert ops of vLLM / SGLang, `*::[in|out]place_fused_experts`),
+attention (scaled_dot_product_attention and its flash / efficient / cudnn / CPU kernels, flash_attn ops, and
+block-sparse attention through `sparse_attention_cost`), and elementwise / norm / softmax / reduction / copy ops.
+Bytes count each input read once and the output written once (the minimum traffic; caches can only lower the real
+figure, so intensities are lower bounds). An op not covered, or one with missing shapes, gives None: never a guess.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ _DTYPE_CLASS = {2: "bf16", 4: "fp32", 1: "fp8"}
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul",
             "aten::_scaled_mm", "aten::addbmm", "aten::_addmm_activation"}
 GROUPED_GEMM_OPS = {"aten::_grouped_mm", "aten::_scaled_grouped_mm"}
+# fused-MoE expert ops of serving engines (vLLM / SGLang custom ops): (hidden [T, H], w1 [E, N1, H], w2 [E, H, I],
+# topk_weights [T, K], topk_ids [T, K], ...): both expert GEMMs of every routed token in one op
+FUSED_MOE_OPS = re.compile(r"^\w+::(?:inplace_|outplace_)?fused_experts(?:_impl)?$")
 # SDPA-style ops with [B, H, L, D] layout
 SDPA_BHLD = {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
              "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
@@ -78,7 +81,7 @@ def op_family(name: str | None) -> str | None:
         return None
     if name in GEMM_OPS:
         return "gemm"
-    if name in GROUPED_GEMM_OPS:
+    if name in GROUPED_GEMM_OPS or FUSED_MOE_OPS.match(name):
         return "grouped_gemm"
     if name in SDPA_BHLD or name in FLASH_BLHD or "attention" in name.lower() or "flash_attn" in name:
         return "sparse_attention" if "sparse" in name.lower() else "attention"
@@ -218,6 +221,23 @@ def _grouped(ts: list, tokens_per_expert: list[int] | None) -> tuple[float, floa
     return None
 
 
+def _fused_moe(ts: list) -> tuple[float, float, int] | None:
+    """Both expert GEMMs of a fused-MoE op: T tokens x K experts each, gate/up [N1 x H] then down [H x I].
+    Bytes: the tokens in and out, the routing, and the weights of at most min(E, T*K) experts (an upper bound)."""
+    x, w1, w2, tw, ti = (ts + [None] * 5)[:5]
+    if not x or not w1 or not w2 or not ti or len(x[0]) != 2 or len(w1[0]) != 3 or len(w2[0]) != 3 or len(ti[0]) != 2:
+        return None
+    t, h = x[0]
+    e, n1, h1 = w1[0]
+    e2, h2, i = w2[0]
+    t2, k = ti[0]
+    if h1 != h or h2 != h or e2 != e or t2 != t:  # packed (int4) or unexpected layouts: no estimate
+        return None
+    active = min(e, t * k)
+    by = 2 * t * h * x[1] + active * (n1 * h + h * i) * w1[1] + t * k * (ti[1] + (tw[1] if tw else 0))
+    return 2.0 * t * k * (n1 * h + h * i), float(by), w1[1]
+
+
 def attention_cost(batch: int, heads: int, q_len: int, kv_len: int, head_dim: int, v_dim: int | None = None,
                    kv_heads: int | None = None, elem: int = 2) -> tuple[float, float]:
     """(flops, bytes) of softmax(Q K^T) V attending every query to `kv_len` keys (no causal halving)."""
@@ -293,7 +313,7 @@ def op_cost(name: str, dims: list, types: list, tokens_per_expert: list[int] | N
     if family == "gemm":
         res = _gemm(name, ts)
     elif family == "grouped_gemm":
-        res = _grouped(ts, tokens_per_expert)
+        res = _fused_moe(ts) if FUSED_MOE_OPS.match(name) else _grouped(ts, tokens_per_expert)
     elif family in ("attention", "sparse_attention"):
         res = _attention(name, ts) if (name in SDPA_BHLD or name in FLASH_BLHD) else None
     elif family == "norm":

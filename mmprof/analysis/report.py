@@ -18,6 +18,7 @@ from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.events import CAT_COMM, CAT_MEMCPY, EventFrame, events_of
 from mmprof.analysis.graphs import GraphSummary, graph_summary
 from mmprof.analysis.launch import LaunchStats, launch_analysis
+from mmprof.analysis.ranks import rank_analysis
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, summarise_bounds
 from mmprof.analysis.timeline import NO_PHASE, Breakdown, StepStats, phase_labels, timeline
 from mmprof.errors import MmprofError, NoEvidence
@@ -76,11 +77,13 @@ class Report:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     graphs: GraphSummary | None = None
+    ranks: Any = None                  # RanksResult on a multi-rank profile (`mmprof ranks`), else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "devices": self.devices, "phases": [p.to_dict() for p in self.phases],
                 "per_rank": [p.to_dict() for p in self.per_rank], "checks": self.checks, "notes": self.notes,
-                "warnings": self.warnings, "graphs": self.graphs.to_dict() if self.graphs else None}
+                "warnings": self.warnings, "graphs": self.graphs.to_dict() if self.graphs else None,
+                "ranks": self.ranks.summary() if self.ranks else None}
 
 
 def bottleneck_statement(phase: str, br: Breakdown, bounds: BoundSummary, source: str = "kernels") -> str:
@@ -196,5 +199,6 @@ def build_report(profile, phase: str | None = None, rank: int | None = None, top
     agg = [one(ph, rank) for ph in phases]
     per_rank = [one(ph, r) for ph in phases for r in ranks] if len(ranks) > 1 else []
     devices = {r: (p.name if p else None) for r, p in (ev.roof.peaks.items() if ev.roof else [])}
+    across = rank_analysis(profile, ev, phase=phase) if rank is None and len(tl.ranks) > 1 else None
     return Report(ev.source, devices, agg, per_rank, _checks(profile, shape_regions), list(tl.notes),
-                  list(dict.fromkeys(tl.warnings + la.warnings)), graph_summary(profile, ev, rank))
+                  list(dict.fromkeys(tl.warnings + la.warnings)), graph_summary(profile, ev, rank), across)

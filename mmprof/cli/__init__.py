@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "shapes": ("mmprof.cli.shapes", "shapes", "Per-rank tensor shapes after TP/EP sharding, with findings."),
     "verify-fastpath": ("mmprof.cli.verify", "verify_fastpath", "Check which kernel variants dispatched against a spec (CI gate)."),
     "report": ("mmprof.cli.report", "report", "Bottleneck breakdown and the four checks for one profile."),
+    "ranks": ("mmprof.cli.ranks", "ranks", "Imbalance across ranks: the straggler, where it is slow, waits and bus bandwidth."),
     "diff": ("mmprof.cli.diff", "diff", "Where the time went before and after, and where the bottleneck moved."),
     "export": ("mmprof.cli.export", "export", "Write a profile as a Chrome trace / Perfetto timeline with mmprof's annotations."),
     "classify": ("mmprof.cli.classify", "classify", "Kernel name -> family, variant, library and path, with coverage."),

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import click
 
+from mmprof.analysis.by_shape import by_shape
 from mmprof.analysis.report import build_report
 from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, load_any, write_text
 from mmprof.cli._options import model_options, shape_regions
+from mmprof.errors import BadInput
 from mmprof.render.html import report_html
 from mmprof.render.markdown import report_markdown
+from mmprof.render.text.by_shape import SHAPE_ROWS, render_by_shape
 from mmprof.render.text.report import render_report
 
 
@@ -17,7 +20,10 @@ from mmprof.render.text.report import render_report
 @json_option
 @click.option("--phase", metavar="PHASE", help="Only this phase (prefill, decode).")
 @click.option("--rank", type=int, metavar="R", help="Only this rank.")
-@click.option("--top", type=int, default=10, show_default=True, help="Top kernels per phase.")
+@click.option("--top", type=int, default=None, help="Top kernels per phase [default: 10]; rows of the --by-shape "
+              f"table [default: {SHAPE_ROWS}].")
+@click.option("--by-shape", "by_shape_", is_flag=True, help="Instead: a roofline row per (region, op, input shapes, dtype) and "
+              "GPU time per op (op -> its kernels).")
 @click.option("--markdown", "markdown_file", metavar="FILE", help="Also write Markdown; '-' for stdout.")
 @click.option("--html", "html_file", metavar="FILE", help="Also write one self-contained HTML file.")
 @click.option("--check", is_flag=True,
@@ -26,13 +32,25 @@ from mmprof.render.text.report import render_report
 @model_options
 @graph_ref_option
 @click.pass_context
-def report(ctx: click.Context, profile: str, as_json: bool, phase: str | None, rank: int | None, top: int,
-           markdown_file: str | None, html_file: str | None, check: bool, model: str | None, tp: int | None,
+def report(ctx: click.Context, profile: str, as_json: bool, phase: str | None, rank: int | None, top: int | None,
+           by_shape_: bool, markdown_file: str | None, html_file: str | None, check: bool, model: str | None, tp: int | None,
            ep: int, graph_ref: str | None) -> None:
     """Per phase and rank: where the wall time went (compute-bound, memory-bound, communication, memcpy,
-    launch-bound idle), top kernels with their roofline bound and efficiency, and a one-line bottleneck."""
+    launch-bound idle), top kernels with their roofline bound and efficiency, and a one-line bottleneck; on a
+    multi-rank profile the imbalance verdict per phase (see `mmprof ranks`)."""
+    if by_shape_ and (markdown_file or html_file):
+        raise BadInput("--by-shape writes no Markdown or HTML: use --json for the whole table")
     prof = load_any(profile, graph_ref)
-    result = build_report(prof, phase=phase, rank=rank, top=top, shape_regions=shape_regions(prof, model, tp, ep))
+    regions = shape_regions(prof, model, tp, ep)
+    if by_shape_:
+        shapes = by_shape(prof, phase=phase, rank=rank, shape_regions=regions)
+        if as_json:
+            echo_json(shapes.to_dict())
+        else:
+            render_by_shape(shapes, console(), SHAPE_ROWS if top is None else top)
+        return
+    top = 10 if top is None else top
+    result = build_report(prof, phase=phase, rank=rank, top=top, shape_regions=regions)
     if markdown_file:
         write_text(markdown_file, report_markdown(result, top))
     if html_file:

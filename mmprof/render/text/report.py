@@ -15,6 +15,7 @@ from rich.text import Text
 from mmprof.analysis.timeline import CATEGORIES, LABELS
 from mmprof.render.safe import cell, markup
 from mmprof.render.text.layout import Col, fit_table
+from mmprof.render.text.ranks import render_verdicts
 from mmprof.units import fmt_ns, fmt_pct, fmt_si
 
 TOP_ROWS = 12
@@ -55,6 +56,10 @@ def render_report(report, console) -> None:
                           f"{fmt_ns(L.delay_p50_ns)}, p90 {fmt_ns(L.delay_p90_ns)}, p99 {fmt_ns(L.delay_p99_ns)}; "
                           f"{L.short_kernels} kernels shorter than their launch call; launches per step "
                           f"{'-' if L.launches_per_step is None else f'{L.launches_per_step:.0f}'}")
+    if report.ranks is not None:
+        console.print()
+        console.print("[bold]across ranks[/bold] (mmprof ranks has the details):")
+        render_verdicts(report.ranks, console)
     console.print()
     console.print(markup(report.checks.get("summary", "checks: not available")))
     for w in report.warnings:
@@ -108,6 +113,11 @@ def render_diff(d, console) -> None:
     _delta_table(console, f"by scope, time {unit}", d.by_scope)
     _delta_table(console, f"by layer, time {unit}", d.by_layer)
     _delta_table(console, "by rank: median step time", d.by_rank)
+    if d.ranks:
+        console.print("[bold]across ranks[/bold] (mmprof ranks has the details):")
+        for side in ("before", "after"):
+            for v in (d.ranks.get(side) or {}).get("phases", []):
+                console.print(f"  {side}: {markup(v['verdict'])}")
     for w in d.warnings:
         console.print(f"[yellow]warning:[/yellow] {markup(w)}")
 

@@ -1,0 +1,337 @@
+"""`mmprof ranks`: imbalance across ranks. Per rank and phase the step time, busy time and time in collectives
+split into transfer and waiting for the slowest peer; the straggler of each step and what it did instead (its
+extra time by region); per collective and message size the bus bandwidth against the link peak; and a verdict
+per phase, e.g. "decode: rank 3 is the straggler: +41 ms per step in layers.17 (moe.routed); the other ranks wait
+39 ms per step in allreduce".
+
+Every number is measured on each rank's own timeline (rank clocks are not aligned). Collectives are aligned by
+call order and waits come from their durations (`mmprof.analysis.collectives`). A rank's wall time in a window
+(one rank, phase and step) is split by a sweep over its events and collective calls in start order: each item
+gets the time the timeline advances while it runs, and an idle gap goes to the item that ends it (the work that
+was waited for: on a GPU the kernel whose launch came late, on a CPU the op that Python reached late), so the
+region times of a window add up to its wall span minus the time in collectives. The straggler's extra time in a
+region is its time there minus the median of the other ranks'. Regions come from `mmprof.analysis.structure`
+(annotations, nn.Module events, `--model` shape matching), so traces of other runtimes work too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mmprof.analysis.collectives import CollectiveStat, align_calls, collective_stats
+from mmprof.analysis.events import CAT_COMM, events_of
+from mmprof.analysis.timeline import phase_labels
+from mmprof.errors import NoEvidence
+from mmprof.units import fmt_ns
+
+THRESHOLD = 0.05      # imbalance (the ranks' spread in waiting, as a share of the step) that makes a finding
+TOP_REGIONS = 5
+UNSCOPED = "(unscoped)"
+_ORDER = {"prefill": 0, "decode": 1}
+
+
+@dataclass
+class RankPhase:
+    """One rank in one phase; times are means per step (totals when the phase has no step markers)."""
+
+    rank: int
+    phase: str
+    steps: int
+    step_ns: float       # the rank's own wall span of a step
+    busy_ns: float       # time with any event or collective running
+    comm_ns: float       # time in collectives
+    transfer_ns: float   # of which moving data (the instance's shortest duration over ranks)
+    wait_ns: float       # of which waiting for the slowest peer
+    straggler_steps: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class RegionExtra:
+    """The straggler's extra time in one region: its time there minus the median of the other ranks'."""
+
+    region: str
+    layer: int
+    role: str | None
+    extra_ns: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class StepStraggler:
+    phase: str
+    step: int
+    rank: int                # waited least: the others waited for it
+    others_wait_ns: float    # mean wait of the other ranks in this step
+    spread_ns: float         # most - least waiting rank
+    share: float             # spread / the step's median span
+    regions: list[RegionExtra]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**{k: v for k, v in self.__dict__.items() if k != "regions"},
+                "regions": [r.to_dict() for r in self.regions]}
+
+
+@dataclass
+class PhaseVerdict:
+    phase: str
+    ranks: int
+    steps: int                       # steps with collectives aligned across ranks
+    per_step: bool                   # False: no step markers, times are totals
+    straggler: int | None
+    imbalance: float | None          # mean spread in waiting / median step time
+    others_wait_ns: float | None     # per step, mean over the other ranks
+    collective: str | None           # where the others waited most
+    layer: str | None                # where the straggler's extra time is largest (layers.N or a model region)
+    role: str | None
+    extra_ns: float | None           # the straggler's extra time per step in `layer`
+    finding: bool
+    verdict: str
+    regions: list[RegionExtra] = field(default_factory=list)
+    layers: list[RegionExtra] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("regions", "layers")}
+        return {**d, "regions": [r.to_dict() for r in self.regions], "layers": [r.to_dict() for r in self.layers]}
+
+
+@dataclass
+class RanksResult:
+    source: str
+    ranks: list[int]
+    threshold: float
+    phases: list[PhaseVerdict]
+    per_rank: list[RankPhase]
+    steps: list[StepStraggler]
+    collectives: list[CollectiveStat]
+    links: dict[int, Any]
+    findings: list[str]
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "ranks": self.ranks, "threshold": self.threshold,
+                "phases": [p.to_dict() for p in self.phases], "per_rank": [r.to_dict() for r in self.per_rank],
+                "steps": [s.to_dict() for s in self.steps], "collectives": [c.to_dict() for c in self.collectives],
+                "links": self.links, "findings": self.findings, "notes": self.notes, "warnings": self.warnings}
+
+    def summary(self) -> dict[str, Any]:
+        """The verdicts and per-rank rows only (the section `report` and `diff` carry)."""
+        return {"ranks": self.ranks, "threshold": self.threshold, "phases": [p.to_dict() for p in self.phases],
+                "per_rank": [r.to_dict() for r in self.per_rank], "findings": self.findings}
+
+
+def _sweep(items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per window: span, busy and comm time; per (window, region): non-comm time (see the module docstring).
+
+    `items` has columns w (window code), start, end, reg (region code), comm (bool)."""
+    it = items.sort_values(["w", "start", "end"], kind="stable")
+    w = it["w"].to_numpy()
+    start, end = it["start"].to_numpy(), it["end"].to_numpy()
+    first = np.ones(len(it), dtype=bool)
+    first[1:] = w[1:] != w[:-1]
+    cm = it.groupby("w", sort=False)["end"].cummax().to_numpy()
+    prev = np.empty_like(cm)
+    prev[1:] = cm[:-1]
+    prev[first] = start[first]
+    gap = np.where(first, 0, np.maximum(start - prev, 0))
+    busy = np.maximum(end - np.maximum(prev, start), 0)
+    comm = it["comm"].to_numpy()
+    df = pd.DataFrame({"w": w, "reg": it["reg"].to_numpy(), "gap": gap, "busy": busy, "comm": comm * busy,
+                       "own": gap + np.where(comm, 0, busy), "s": start, "e": end})
+    win = df.groupby("w").agg(busy=("busy", "sum"), comm=("comm", "sum"), s=("s", "min"), e=("e", "max"))
+    win["span"] = win["e"] - win["s"]
+    reg = df.groupby(["w", "reg"])["own"].sum()
+    return win, reg
+
+
+def _label(region: str, layer: int) -> str:
+    return f"layers.{layer}" if layer >= 0 else region
+
+
+def _phase_order(p: str) -> tuple:
+    return (_ORDER.get(p, 2), p)
+
+
+def rank_analysis(profile, events=None, shape_regions=None, threshold: float = THRESHOLD,
+                  phase: str | None = None) -> RanksResult:
+    """Imbalance across the ranks of one Profile (see the module docstring)."""
+    ev = events if events is not None else events_of(profile, shape_regions=shape_regions)
+    C = profile.tables["collectives"]
+    nc = profile.n("collectives")
+    if not len(ev) and not nc:
+        raise NoEvidence("the profile has no kernels, copies, CPU ops or collectives: no ranks to compare")
+    lab = phase_labels(profile, np.concatenate([ev.phase, C["phase"]]))
+    ev_ph, c_ph = lab[:len(ev)], lab[len(ev):]
+    calls = align_calls(profile, ev, c_ph)
+    warnings = list(calls.warnings)
+    notes: list[str] = list(calls.notes)
+    # regions: codes over the frame's region strings; a collective takes its kernel's / op's region
+    reg_s = np.where(ev.region == None, UNSCOPED, ev.region).astype(object) if len(ev) else np.array([], object)
+    c_reg = np.where(calls.event >= 0, reg_s[np.maximum(calls.event, 0)] if len(ev) else UNSCOPED, UNSCOPED)
+    rcodes, runiq = pd.factorize(np.concatenate([reg_s, c_reg.astype(object)]))
+    info = pd.DataFrame({"region": runiq[rcodes[:len(ev)]] if len(ev) else [], "layer": ev.layer,
+                         "role": ev.role}).drop_duplicates("region").set_index("region")
+    items = pd.DataFrame({
+        "rank": np.concatenate([ev.rank, calls.rank]), "phase": np.concatenate([ev_ph, c_ph]),
+        "step": np.concatenate([ev.step, calls.step]), "start": np.concatenate([ev.start, calls.start]),
+        "end": np.concatenate([ev.end, calls.start + calls.dur]), "reg": rcodes,
+        "comm": np.concatenate([ev.cat == CAT_COMM, np.ones(nc, dtype=bool)])})
+    if phase is not None:
+        if phase not in set(items["phase"]):
+            raise NoEvidence(f"the profile has no {phase!r} phase (it has: {', '.join(sorted(set(items['phase'])))})")
+        items = items[items["phase"] == phase]
+    wk = items[["rank", "phase", "step"]].drop_duplicates().reset_index(drop=True)
+    wk["w"] = np.arange(len(wk))
+    items = items.merge(wk, on=["rank", "phase", "step"], how="left")
+    win, reg = _sweep(items) if len(items) else (pd.DataFrame(), pd.Series(dtype=float))
+    wk = wk.join(win, on="w")
+    # windows outside every step of a phase that has steps are scattered work (set-up, sampling): left out
+    stepped = wk[wk["step"] >= 0].groupby(["rank", "phase"]).size()
+    has_steps = pd.MultiIndex.from_frame(wk[["rank", "phase"]]).isin(stepped.index)
+    wk = wk[(wk["step"] >= 0) | ~has_steps].copy()
+    cw = pd.DataFrame({"rank": calls.rank, "phase": c_ph, "step": calls.step, "wait": calls.wait,
+                       "aligned": calls.peers > 1, "name": calls.name})
+    waits = cw.groupby(["rank", "phase", "step"])["wait"].sum()
+    wk["wait"] = wk.set_index(["rank", "phase", "step"]).index.map(waits).fillna(0).to_numpy()
+    aligned_steps = set(cw[cw["aligned"]].groupby(["phase", "step"]).size().index)
+    ranks = sorted(int(r) for r in wk["rank"].unique())
+    phases_out, steps_out, per_rank, findings = [], [], [], []
+    phases = sorted(wk["phase"].unique(), key=_phase_order)
+    if len(phases) > 1 and "other" in phases:  # work outside every phase (set-up, sampling) is not a step
+        phases.remove("other")
+    for ph in phases:
+        W = wk[wk["phase"] == ph]
+        per_step = bool((W["step"] >= 0).any())
+        step_rows: list[tuple[int, int, float, float, float]] = []   # (step, straggler, others, spread, share)
+        extras: dict[int, tuple[int, pd.DataFrame]] = {}              # step -> (straggler, ranks x region time)
+        for st, S in W.groupby("step"):
+            if len(S) < 2 or (ph, st) not in aligned_steps:
+                continue
+            S = S.set_index("rank")
+            s = int(S["wait"].idxmin())
+            spread = float(S["wait"].max() - S["wait"].min())
+            med = float(S["span"].median())
+            step_rows.append((int(st), s, float(S.drop(index=s)["wait"].mean()), spread,
+                              spread / med if med else 0.0))
+            rt = reg.loc[S["w"].to_numpy()].unstack(fill_value=0)
+            rt.index = S.index[pd.Index(S["w"]).get_indexer(rt.index)]
+            extras[int(st)] = (s, rt)
+        for r, R in W.groupby("rank"):
+            n = max(len(R), 1)
+            comm, wait = float(R["comm"].sum()) / n, float(R["wait"].sum()) / n
+            wait = min(wait, comm) if comm else wait
+            per_rank.append(RankPhase(int(r), ph, len(R) if per_step else 1, float(R["span"].sum()) / n,
+                                      float(R["busy"].sum()) / n, comm, max(comm - wait, 0.0), wait,
+                                      sum(1 for x in step_rows if x[1] == r)))
+        for st, s, ow, sp, sh in step_rows:
+            steps_out.append(StepStraggler(ph, st, s, ow, sp, sh, _extra(extras[st][1], s, info, runiq)[:3]))
+        phases_out.append(_verdict(ph, W, per_step, step_rows, extras, cw, info, runiq, threshold))
+        if phases_out[-1].finding:
+            v = phases_out[-1]
+            where = ", ".join(f"{x.region} (+{fmt_ns(x.extra_ns)})" for x in v.layers[:3] if x.extra_ns > 0)
+            findings.append(f"{ph}: rank {v.straggler} holds the others back {v.imbalance:.0%} of the step "
+                            f"(threshold {threshold:.0%})" + (f"; it is slower in {where}" if where else ""))
+    if len(ranks) < 2:
+        notes.append("one rank in the profile: no imbalance to measure" + (
+            "; collective times include any waiting, so their bandwidths are lower bounds" if nc else ""))
+    if nc == 0 and len(ranks) > 1:
+        notes.append("no collectives in the profile: ranks cannot be aligned, so waits are unknown")
+    stats, links = collective_stats(profile, calls, None if phase is None else c_ph == phase)
+    return RanksResult(ev.source, ranks, threshold, phases_out, per_rank, steps_out, stats, links, findings, notes,
+                       warnings)
+
+
+def _extra(rt: pd.DataFrame, s: int, info: pd.DataFrame, runiq) -> list[RegionExtra]:
+    """The straggler's extra time per region in one step (rt: ranks x region codes), largest first."""
+    if s not in rt.index or len(rt) < 2:
+        return []
+    ex = rt.loc[s] - rt.drop(index=s).median(axis=0)
+    ex = ex[ex > 0].sort_values(ascending=False)
+    return [_region_extra(runiq[int(c)], float(v), info) for c, v in ex.items()]
+
+
+def _region_extra(region: str, v: float, info: pd.DataFrame) -> RegionExtra:
+    layer = int(info.at[region, "layer"]) if region in info.index else -1
+    role = info.at[region, "role"] if region in info.index else None
+    return RegionExtra(region, layer, role if isinstance(role, str) else None, v)
+
+
+def _verdict(ph, W, per_step, step_rows, extras, cw, info, runiq, threshold) -> PhaseVerdict:
+    """The phase's straggler: the rank that waited least for peers, averaged over the steps with aligned
+    collectives; the others' mean wait; its extra time by region and layer; the verdict line."""
+    steps_used = len(step_rows)
+    nranks = int(W["rank"].nunique())
+    name = "the run" if ph == "all" else ph
+    unit = "per step" if per_step else "in total"
+    if nranks < 2:
+        return PhaseVerdict(ph, nranks, 0, per_step, None, None, None, None, None, None, None, False,
+                            f"{name}: one rank, nothing to compare")
+    if not steps_used:
+        spans = W.groupby("rank")["span"].mean()
+        slow, fast = int(spans.idxmax()), float(spans.min())
+        return PhaseVerdict(ph, nranks, 0, per_step, None, None, None, None, None, None, None, False,
+                            f"{name}: no collective aligned across ranks, so waiting cannot be measured; rank {slow} "
+                            f"has the longest steps (+{fmt_ns(float(spans.max()) - fast)} {unit} over the fastest)")
+    A = W[W["step"].isin([r[0] for r in step_rows])]
+    mean_wait = A.groupby("rank")["wait"].mean()
+    strag = int(mean_wait.idxmin())
+    spread = float(mean_wait.max() - mean_wait.min())
+    others = float(mean_wait.drop(index=strag).mean())
+    k = sum(1 for r in step_rows if r[1] == strag)
+    # the straggler's extra time per region (its time minus the other ranks' median), averaged over those steps
+    acc: dict[int, float] = {}
+    for _, rt in extras.values():
+        if strag not in rt.index:
+            continue
+        ex = rt.loc[strag] - rt.drop(index=strag).median(axis=0)
+        for c, v in ex.items():
+            acc[int(c)] = acc.get(int(c), 0.0) + float(v)
+    regions = sorted((_region_extra(runiq[c], v / steps_used, info) for c, v in acc.items()), key=lambda x: -x.extra_ns)
+    by_layer: dict[str, list] = {}
+    for x in regions:
+        by_layer.setdefault(_label(x.region, x.layer), []).append(x)
+    layers = sorted((RegionExtra(k2, v[0].layer, None, sum(y.extra_ns for y in v)) for k2, v in by_layer.items()),
+                    key=lambda x: -x.extra_ns)
+    others_all = cw[(cw["phase"] == ph) & (cw["rank"] != strag) & cw["aligned"]]
+    coll = others_all.groupby("name")["wait"].sum()
+    coll_name = str(coll.idxmax()) if len(coll) and coll.max() > 0 else None
+    med_span = float(W["span"].median())
+    imb = spread / med_span if med_span else 0.0
+    top = layers[0] if layers and layers[0].extra_ns > 0 else None
+    role = None
+    if top is not None:
+        inner = [x for x in by_layer[top.region] if x.extra_ns > 0]
+        role = inner[0].role if inner else None
+    finding = imb >= threshold
+    in_coll = f" in {coll_name}" if coll_name else ""
+    explained = sum(x.extra_ns for x in regions if x.extra_ns > 0)
+    if not finding:
+        verdict = (f"{name}: balanced: the ranks' waiting for peers differs by {fmt_ns(spread)} {unit} "
+                   f"({imb:.0%} of the step, threshold {threshold:.0%})")
+    elif 2 * k <= steps_used and steps_used > 1:
+        counts = ", ".join(f"rank {r} in {n}" for r, n in sorted(
+            {r[1]: sum(1 for x in step_rows if x[1] == r[1]) for r in step_rows}.items(), key=lambda x: -x[1]))
+        verdict = (f"{name}: imbalanced but no consistent straggler (the least waiting rank: {counts} of "
+                   f"{steps_used} steps); the ranks' waiting for peers differs by {fmt_ns(spread)} {unit}{in_coll} "
+                   f"({imb:.0%} of the step)")
+    elif top is None or explained < 0.5 * spread:
+        verdict = (f"{name}: the other ranks wait {fmt_ns(others)} {unit} for rank {strag}{in_coll} ({imb:.0%} of the "
+                   f"step), but only {fmt_ns(explained)} of its time inside the steps is extra: the rest is outside "
+                   "the step markers or a late start")
+    else:
+        where = f"+{fmt_ns(top.extra_ns)} {unit} in {top.region}" + (f" ({role})" if role and top.layer >= 0 else "")
+        verdict = (f"{name}: rank {strag} is the straggler: {where}; the other ranks wait {fmt_ns(others)} {unit}"
+                   f"{in_coll} ({imb:.0%} of the step" + (f"; the straggler in {k} of {steps_used} steps)"
+                                                        if k < steps_used else ")"))
+    return PhaseVerdict(ph, nranks, steps_used, per_step, strag, imb, others, coll_name,
+                        top.region if top else None, role, top.extra_ns if top else None, finding, verdict,
+                        regions[:TOP_REGIONS], layers[:TOP_REGIONS])
