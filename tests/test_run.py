@@ -153,7 +153,7 @@ def test_capture_none_keeps_timings_and_dispatch(tmp_path, capsys):
     assert doc["capture"] == "none" and doc["rows"]["ops"] == 0 and doc["rows"]["dispatch"] > 0
     p = load_profile(out)
     assert p.n("ops") == 0 and p.n("dispatch") == doc["rows"]["dispatch"]
-    assert p.meta["run"]["dilation"] == {"full": None, "light": None}
+    assert p.meta["run"]["dilation"] == {"full": None, "light": None, "kernels": None}
     assert p.meta["run"]["tokens_per_s"]["plain"]["decode"] > 0
 
 

@@ -358,7 +358,7 @@ def build_profile(procs: list[ProcessCapture], result: RecordResult, progress=No
         "capture": {"backend": result.backend, "mode": result.mode, "window": result.window,
                     "trace_dir": result.trace_dir, "processes": len(procs),
                     "forked_not_captured": result.forked_not_captured,
-                    "shapes": "all ops" if result.mode == "full" else "first step only"},
+                    "shapes": {"full": "all ops", "light": "first step only"}.get(result.mode, "none")},
         "ranks": ranks_meta,
         "warnings": list(result.warnings),
     }

@@ -17,7 +17,7 @@ from mmprof.runtime import PRESETS, Switches, load_config, shard_plan
 Progress = Callable[[str, int, int], None]
 
 PRESET_NAMES = tuple(PRESETS)
-CAPTURE_MODES = ("full", "light", "none")
+CAPTURE_MODES = ("full", "light", "kernels", "none")
 DTYPES = ("float32", "bfloat16")
 MEMORY_HEADROOM = 0.8  # refuse when the weights alone need more than this share of the memory there is
 
@@ -40,8 +40,8 @@ class RunOptions:
     block_reuse: int | None = None
     attention: str | None = None
     graphs: bool | None = None  # decode steps replayed as a CUDA/HIP graph (cuda only)
-    capture: str = "full"  # full | light | none
-    measure_dilation: bool = False  # capture both full and light (keep `capture`'s trace)
+    capture: str = "full"  # full | light | kernels | none
+    measure_dilation: bool = False  # capture in every mode (kernels on a GPU only); keep `capture`'s trace
     tp: int = 1
     ep: int = 1
     repeats: int = 3  # plain (unprofiled) timing runs; the median is used
@@ -63,7 +63,8 @@ class RunOptions:
         if self.capture == "none":
             return []
         if self.measure_dilation:
-            return [self.capture, "light" if self.capture == "full" else "full"]
+            others = ("full", "light", "kernels") if self.device == "cuda" else ("full", "light")
+            return [self.capture] + [m for m in others if m != self.capture]
         return [self.capture]
 
     def model_args(self):
@@ -86,6 +87,8 @@ def validate(opts: RunOptions) -> Any:
         raise BadInput(f"--capture must be one of {', '.join(CAPTURE_MODES)}, not {opts.capture!r}")
     if opts.measure_dilation and opts.capture == "none":
         raise BadInput("--measure-dilation needs a capture: use --capture full or light")
+    if opts.capture == "kernels" and opts.device != "cuda":
+        raise BadInput("--capture kernels records device activity only and needs --device cuda")
     for name in ("batch", "prompt_len", "tp", "ep", "repeats"):
         if getattr(opts, name) < 1:
             raise BadInput(f"--{name.replace('_', '-')} must be at least 1, not {getattr(opts, name)}")

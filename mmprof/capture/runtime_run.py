@@ -330,8 +330,8 @@ def run_meta(opts: RunOptions, outcomes: list[RankOutcome], args) -> dict[str, A
     kept = opts.modes()[0] if opts.modes() else None
     if kept:
         tok["profiled"] = tok[kept]
-    dil = {m: (dilation(t["plain"], t[m])["total"] if m in t else None) for m in ("full", "light")}
-    by_phase = {m: dilation(t["plain"], t[m]) for m in ("full", "light") if m in t}
+    dil = {m: (dilation(t["plain"], t[m])["total"] if m in t else None) for m in ("full", "light", "kernels")}
+    by_phase = {m: dilation(t["plain"], t[m]) for m in ("full", "light", "kernels") if m in t}
     import torch
 
     return {

@@ -6,6 +6,8 @@ A `CaptureSession` owns one process's capture:
 - **mode**: ``full`` records input shapes for every op; ``light`` records shapes only until the first step
   of the window completes, then restarts the profiler without shapes (kernels, launches and annotations are
   always kept). torch.profiler cannot switch shapes off while running, so light mode is two *segments*.
+  ``kernels`` records the device activity only (kernels, copies and the runtime calls that launched them; no
+  CPU ops, no shapes, no annotations): the lightest capture, for timings; it needs a GPU.
 - **window**: the whole session by default; with ``steps=N, skip=M`` it waits for M steps to complete, captures
   the next N, and exports as soon as the window closes (so a later crash does not lose it). A *step* ends when
   the program calls `session.step()`, or when an outermost `record_function` range whose name matches one of
@@ -65,7 +67,7 @@ DEFAULT_STEP_MARKERS: tuple[str, ...] = (
 )
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
-MODES = ("full", "light")
+MODES = ("full", "light", "kernels")
 
 
 def compile_markers(patterns: Iterable[str]) -> re.Pattern[str] | None:
@@ -358,6 +360,11 @@ class CaptureSession:
     def _activities(self) -> list:
         from torch.profiler import ProfilerActivity
 
+        if self.mode == "kernels":
+            if not gpu_available():
+                raise RuntimeError("kernels-only capture needs a GPU (CUDA or ROCm) visible to torch")
+            self.gpu = True
+            return [ProfilerActivity.CUDA]
         acts = [ProfilerActivity.CPU]
         if self.activities == "cpu":
             return acts
@@ -369,7 +376,8 @@ class CaptureSession:
     def _begin_segment(self, shapes: bool) -> None:
         import torch.profiler as tp
 
-        record_shapes = shapes  # light mode: the first segment only (callers pass shapes=False afterwards)
+        # light mode: the first segment only (callers pass shapes=False afterwards); never in kernels mode
+        record_shapes = shapes and self.mode != "kernels"
         prof = tp.profile(activities=self._activities(), record_shapes=record_shapes,
                           profile_memory=False, with_stack=False)
         with torch_hooks.own_start(), _kineto_log_filtered(self.quiet):

@@ -8,6 +8,7 @@ from mmprof.capture.record import RecordOptions
 from mmprof.capture.record import record as do_record
 from mmprof.capture.session import DEFAULT_STEP_MARKERS
 from mmprof.cli._common import console, echo_json
+from mmprof.errors import BadInput
 from mmprof.render.text.progress import progress_bar
 from mmprof.render.text.record import render_record
 
@@ -25,6 +26,9 @@ from mmprof.render.text.record import render_record
 @click.option("--flush-every", type=int, default=None, metavar="N",
               help="Write each process's trace every N steps, so a process that dies keeps all but its last N.")
 @click.option("--light", is_flag=True, help="Light capture: shapes for the first step only (launch-bound runs).")
+@click.option("--kernels-only", is_flag=True,
+              help="Lightest capture: device activity only (kernels, copies, their launch calls); no CPU ops, "
+                   "annotations or shapes, so no steps, phases or regions. GPU programs only.")
 @click.option("--cpu-only", is_flag=True, help="Capture CPU ops and annotations only, no GPU activity.")
 @click.option("--no-modules", is_flag=True,
               help="No range per nn.Module call (by default each is named by the module's path, e.g. "
@@ -38,8 +42,8 @@ from mmprof.render.text.record import render_record
 @click.option("--json", "as_json", is_flag=True, help="Print the record result as JSON on stdout at the end.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def record(ctx, out, backend, steps, skip, markers, flush_every, light, cpu_only, no_modules, start, trace_dir, grace,
-           as_json, cmd):
+def record(ctx, out, backend, steps, skip, markers, flush_every, light, kernels_only, cpu_only, no_modules, start,
+           trace_dir, grace, as_json, cmd):
     """Run CMD unchanged and capture every Python process it starts (torchrun ranks, spawn workers).
 
     Its output and exit code pass through; the per-rank traces are merged into one Profile at OUT, and
@@ -48,7 +52,9 @@ def record(ctx, out, backend, steps, skip, markers, flush_every, light, cpu_only
     Example: mmprof record -o m3.json.gz -- torchrun --nproc-per-node 8 serve_bench.py
     """
 
-    opts = RecordOptions(mode="light" if light else "full", steps=steps, skip=skip,
+    if light and kernels_only or kernels_only and cpu_only:
+        raise BadInput("--kernels-only excludes --light and --cpu-only")
+    opts = RecordOptions(mode="kernels" if kernels_only else "light" if light else "full", steps=steps, skip=skip,
                          step_markers=tuple(markers) or DEFAULT_STEP_MARKERS,
                          activities="cpu" if cpu_only else "auto", start=start, grace_s=grace,
                          flush_every=flush_every, modules=not no_modules)

@@ -16,11 +16,12 @@ from mmprof.render.text.run import render_run
 
 @click.command("run")
 @workload_options
-@click.option("--capture", type=click.Choice(["full", "light", "none"]), default="full", show_default=True,
-              help="full: shapes for every op; light: kernels and scopes, shapes for the prefill step only; none: "
-                   "timings and dispatch log only.")
+@click.option("--capture", type=click.Choice(["full", "light", "kernels", "none"]), default="full", show_default=True,
+              help="full: shapes for every op; light: kernels and scopes, shapes for the prefill step only; kernels: "
+                   "device activity only (no CPU ops, scopes or shapes; GPU only); none: timings and dispatch log only.")
 @click.option("--measure-dilation", is_flag=True,
-              help="Capture both full and light and report how much each stretched the run (keeps --capture's trace).")
+              help="Capture in every mode (full, light, and kernels on a GPU) and report how much each stretched the "
+                   "run (keeps --capture's trace).")
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Runs without the profiler; their median is the plain timing.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True,

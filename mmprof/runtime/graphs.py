@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from mmprof.errors import BadInput
+from mmprof.errors import BadInput, CaptureUnavailable
 
 from .config import GRAPHS_NEED_GROUPED
 from .dispatch import DispatchRecord
@@ -49,8 +49,16 @@ def cuda_graph_capture(step: Callable[[], None], warmup_step: Callable[[], None]
             warmup_step()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        step()
+    try:
+        with torch.cuda.graph(graph, stream=stream):
+            step()
+    except RuntimeError as e:  # an op that syncs with or copies from the host while capturing
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        hint = ""
+        if "between CPU and CUDA" in msg:
+            # seen on the H200 (torch 2.11): torch._grouped_mm in fp32 stages data through the host
+            hint = "; on torch's fp32 grouped GEMM this is a host copy: run the graphs rung in bfloat16"
+        raise CaptureUnavailable(f"the decode step could not be captured as a CUDA/HIP graph ({msg}){hint}") from None
     return graph.replay
 
 

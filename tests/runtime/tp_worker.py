@@ -32,7 +32,8 @@ def run_rank(rank: int, world: int, ep: int, init_file: str, out_dir: str, switc
         from mmprof.runtime import Switches, Workload, build_model, generate, get_preset
 
         model = build_model(get_preset("tiny"), Switches(**switches), tp=world, ep=ep, rank=rank,
-                            group=dist.group.WORLD, seed=0, device=f"cuda:{rank}" if cuda else "cpu")
+                            group=dist.group.WORLD, seed=0, device=f"cuda:{rank}" if cuda else "cpu",
+                            **({"dtype": torch.bfloat16} if cuda else {}))
         wl = Workload(batch=2, prompt_len=96, decode_steps=4, seed=5)
         res = generate(model, wl, keep_logits=True)
         out = {"logits": res.logits, "tokens": res.tokens, "dispatch": model.dispatch.rows(),

@@ -26,7 +26,7 @@ def render_run(s, con) -> None:
             Col("dilation (prefill / decode / total)", "right", keep=7, wrap=True)]
     tok = r["tokens_per_s"]
     rows = [["plain (no profiler)", _f(tok["plain"]["prefill"]), _f(tok["plain"]["decode"]), "1.00x"]]
-    for mode in ("full", "light"):
+    for mode in ("full", "light", "kernels"):
         if mode in tok:
             d = r["dilation_by_phase"][mode]
             kept = " (kept)" if s.capture["mode"] == mode else ""
