@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from mmprof._version import __version__
 from mmprof.errors import BadInput
-from mmprof.labels import SEP, phase_of_path, step_of_path
+from mmprof.labels import SEP, phase_of, phase_of_path, step_of, step_of_path
 from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
 from mmprof.profiles.schema import TABLES
 
@@ -86,6 +86,28 @@ def drop_idle(units: list, gpu_work: list[bool], labels: list[str]) -> tuple[lis
     return [u for u, g in zip(units, gpu_work) if g], warnings
 
 
+class _Windows:
+    """Labelled time ranges of every thread together; `at(t)` is the latest-started one containing t."""
+
+    def __init__(self, rows: list[tuple[int, int, Any]]) -> None:
+        rows.sort(key=lambda r: (r[0], r[1]))
+        self.starts = [r[0] for r in rows]
+        self.rows = rows
+        self.max_end: list[int] = []
+        m = None
+        for r in rows:
+            m = r[1] if m is None else max(m, r[1])
+            self.max_end.append(m)
+
+    def at(self, t: int, default: Any) -> Any:
+        i = bisect.bisect_right(self.starts, t) - 1
+        while i >= 0 and self.max_end[i] > t:
+            if self.rows[i][1] > t:
+                return self.rows[i][2]
+            i -= 1
+        return default
+
+
 @dataclass
 class ScopeNest:
     """CPU ranges of one rank, nested per thread. `depth`/`parent` index into the input order."""
@@ -117,6 +139,15 @@ class ScopeNest:
                     self.depth[i] = self.depth[stack[-1]] + 1
                 stack.append(i)
             self._by_tid[t] = ([self.starts[i] for i in idx], idx)
+        self._step_win = _Windows([(s, e, step_of(nm)) for s, e, nm in zip(self.starts, self.ends, self.names)
+                                   if step_of(nm) >= 0 and e > s])
+        self._phase_win = _Windows([(s, e, ph) for s, e, nm in zip(self.starts, self.ends, self.names)
+                                    if (ph := phase_of(nm)) and e > s])
+
+    def window(self, ts: int) -> tuple[str | None, int]:
+        """(phase, step) of the phase / step range of ANY thread that contains `ts` (None, -1 when none): the
+        window of a kernel launched from a thread that carries no markers of its own."""
+        return self._phase_win.at(ts, None), self._step_win.at(ts, -1)
 
     def enclosing(self, tid: int, ts: int) -> list[int]:
         """Ranges on `tid` that contain time `ts`, outermost first (zero-length marks never enclose)."""
@@ -174,6 +205,9 @@ def attribute(nest: ScopeNest | None, tids: Sequence[int], times: Sequence[int]
             hit = (names[-1] if names else None, SEP.join(names) if names else None, phase_of_path(names),
                    step_of_path(names))
             cache[key] = hit
+        if (hit[2] is None or hit[3] < 0) and ts is not None and ts >= 0:
+            wph, wst = nest.window(ts)  # no marker on the launching thread: the window of another thread
+            hit = (hit[0], hit[1], hit[2] or wph, hit[3] if hit[3] >= 0 else wst)
         scope.append(hit[0])
         path.append(hit[1])
         phase.append(hit[2])
