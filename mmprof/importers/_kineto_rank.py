@@ -13,7 +13,14 @@ import numpy as np
 
 from mmprof.importers._chrome import Args
 from mmprof.importers._kineto_comm import collectives
-from mmprof.importers._nesting import Lanes, _ints, _to_int, to_ns
+from mmprof.importers._nesting import (
+    MAX_TIME_NS,
+    Lanes,
+    _ints,
+    _to_int,
+    finite_us,
+    to_ns,
+)
 from mmprof.labels import phase_of, step_of
 from mmprof.profiles.model import ProfileBuilder
 
@@ -72,8 +79,19 @@ class RankImporter:
             evs = [e for e in evs if e.ts is not None]
             ts = [e.ts for e in evs]
             self.warnings.append(f"{n0 - len(evs)} {what} events without a timestamp were dropped")
+        durs = [e.dur or 0 for e in evs]
+        _, ok_ts = finite_us(ts)
+        _, ok_dur = finite_us(durs)
+        ok = ok_ts & ok_dur
+        if not ok.all():  # 1e300, inf or beyond int64 ns: no number to compute with, never a silent wrap-around
+            keep = np.flatnonzero(ok).tolist()
+            self.warnings.append(f"{len(evs) - len(keep)} {what} events with a timestamp or duration out of range "
+                                 f"(not finite, or beyond {MAX_TIME_NS:.0e} ns) were dropped")
+            evs = [evs[i] for i in keep]
+            ts = [ts[i] for i in keep]
+            durs = [durs[i] for i in keep]
         start = to_ns(ts) if evs else np.zeros(0, np.int64)
-        dur = to_ns([e.dur or 0 for e in evs]) if evs else np.zeros(0, np.int64)
+        dur = to_ns(durs) if evs else np.zeros(0, np.int64)
         if len(start) and (np.diff(start) < 0).any():
             order = np.argsort(start, kind="stable")
             evs = [evs[i] for i in order.tolist()]

@@ -15,9 +15,9 @@ from typing import Any, Sequence
 
 from mmprof._version import __version__
 from mmprof.errors import BadInput
-from mmprof.labels import SEP, phase_of, phase_of_path, step_of, step_of_path
+from mmprof.labels import MAX_RANK, SEP, phase_of, phase_of_path, step_of, step_of_path
 from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
-from mmprof.profiles.schema import TABLES
+from mmprof.profiles.schema import MAX_TIME_NS, TABLES
 
 RANK_ENV_KEYS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK",
                  "PALS_RANKID", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
@@ -40,9 +40,11 @@ def rank_from_env(env: dict[str, Any] | None) -> int | None:
         if v is None:
             continue
         try:
-            return int(str(v).strip().strip('"'))
+            r = int(str(v).strip().strip('"')[:12])
         except ValueError:
             continue
+        if 0 <= r <= MAX_RANK:
+            return r
     return None
 
 
@@ -254,6 +256,8 @@ def extend(b: ProfileBuilder, table: str, n: int, **columns: Sequence[Any]) -> i
     first = b.n(table)
     if n == 0:
         return first
+    if "start_ns" in columns or "dur_ns" in columns:
+        columns["start_ns"], columns["dur_ns"] = _times(b, table, columns.get("start_ns"), columns.get("dur_ns"))
     cols = b.cols[table]
     for col, ctype, _ in TABLES[table]:
         vals = columns.pop(col, None)
@@ -272,6 +276,27 @@ def extend(b: ProfileBuilder, table: str, n: int, **columns: Sequence[Any]) -> i
     if columns:
         raise KeyError(f"table {table!r} has no column(s) {', '.join(columns)}")
     return first
+
+
+def _times(b: ProfileBuilder, table: str, start, dur) -> tuple[list | None, list | None]:
+    """Start and duration columns a Profile can hold: an end before its start (a clock glitch, a row cut short) is
+    a zero duration, with a warning; a time beyond +-MAX_TIME_NS or not an integer is a damaged file."""
+    def bad(v) -> bool:
+        if isinstance(v, (bool, float, str)) or not hasattr(v, "__index__"):
+            return True
+        return not -MAX_TIME_NS <= v <= MAX_TIME_NS
+
+    for vals in (start, dur):
+        if vals is not None and any(bad(v) for v in vals if v is not None):
+            v = next(v for v in vals if v is not None and bad(v))
+            raise BadInput(f"{table}: a timestamp or duration of {str(v)[:30]} ns is not an integer within "
+                           f"+-{MAX_TIME_NS:.0e} ns; the file is damaged")
+    if dur is not None and any(v is not None and v < 0 for v in dur):
+        neg = sum(1 for v in dur if v is not None and v < 0)
+        b.meta.setdefault("warnings", []).append(f"{neg} {table} rows end before they start; their duration is "
+                                                 "set to 0")
+        dur = [0 if v is not None and v < 0 else v for v in dur]
+    return start, dur
 
 
 def base_meta(fmt: str, files: list[Path], tool: str | None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mmprof.errors import BadInput
+from mmprof.fileio import check_events, read_bytes
 from mmprof.importers._devices import describe_device
 from mmprof.importers._timeline import (
     add_comm_kernels,
@@ -49,26 +50,35 @@ def _read(path: Path) -> Any:
     import pandas as pd
 
     opts = dict(dtype=str, keep_default_na=False, na_values=[""])
+    data = read_bytes(path)  # gunzipped by content, BOM dropped, within the input size limit
+    if b"\x00" in data:
+        raise BadInput(f"{path}: holds NUL bytes; not a text CSV file")
     try:
-        df = pd.read_csv(path, **opts)
+        df = pd.read_csv(io.BytesIO(data), **opts)
     except pd.errors.EmptyDataError as e:
         raise BadInput(f"{path}: empty CSV file") from e
     except UnicodeDecodeError as e:
         raise BadInput(f"{path}: not a text CSV file ({e.reason})") from e
     except pd.errors.ParserError as e:
-        text = path.read_text(errors="replace")
+        text = data.decode("utf-8", errors="replace")
         head, _, _last = text.rstrip("\n").rpartition("\n")
         try:
             df = pd.read_csv(io.StringIO(head + "\n"), **opts)
         except (pd.errors.ParserError, pd.errors.EmptyDataError):
             raise BadInput(f"{path}: malformed CSV ({str(e).splitlines()[0]})") from e
         df.attrs["cut_rows"] = 1
-    df.columns = [str(c).strip() for c in df.columns]
+    df.columns = [str(c).strip().lstrip("\ufeff").strip().strip('"') for c in df.columns]
+    check_events(len(df), str(path), "rows")
     return df
 
 
 def _kind(df: Any) -> str:
     cols = set(df.columns)
+    if {"Counter_Name", "Counter_Value"} <= cols:
+        return "counters"  # one row per dispatch x counter: never kernels
+    if ("Sample_Timestamp" in cols and "Instruction" in cols) or ({"Kind", "Operation"} <= cols and (
+            "Allocation_Size" in cols or "Alloc_Flags" in cols)):
+        return "no-timeline"
     if "Kernel_Name" in cols or ({"Kernel_Id", "Grid_Size_X"} <= cols):
         return "kernel"
     if "Direction" in cols or ({"Source_Agent_Id", "Destination_Agent_Id"} <= cols):
@@ -156,6 +166,11 @@ def _import_group(paths: list[Path], rank: int, b: ProfileBuilder, cache: dict[P
             agents.append(df)
         elif k == "stats":
             continue
+        elif k == "counters":
+            warnings.append(f"{p.name}: a counter-collection CSV (--pmc, one row per dispatch x counter); its "
+                            "counters are not imported and its rows are not kernels")
+        elif k == "no-timeline":
+            warnings.append(f"{p.name}: PC samples or memory allocations, not kernels; not imported")
         else:
             warnings.append(f"{p.name}: not a rocprofv3 trace CSV this importer reads; skipped")
     import pandas as pd

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mmprof.errors import BadInput
+from mmprof.fileio import read_bytes
 
 
 @dataclass
@@ -58,6 +60,20 @@ class ModelArgs:
 
     def validate(self) -> None:
         """Refuse inconsistent configs with one clear line (BadInput)."""
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type in ("int", int):
+                lo = 0 if f.name in _MAY_BE_ZERO else 1
+                if type(v) is not int or not lo <= v <= _MAX_DIM:
+                    raise BadInput(f"config {self.name}: {f.name} must be an integer in {lo}..{_MAX_DIM}, not "
+                                   f"{str(v)[:40]!r}")
+            elif f.type in ("float", float):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                    raise BadInput(f"config {self.name}: {f.name} must be a positive number, not {str(v)[:40]!r}")
+        if self.n_layers > _MAX_LAYERS:
+            raise BadInput(f"config {self.name}: n_layers {self.n_layers} is more than {_MAX_LAYERS}")
+        if not isinstance(self.mlp_types, list) or not isinstance(self.attn_types, list):
+            raise BadInput(f"config {self.name}: mlp_types and attn_types must be lists")
         if len(self.mlp_types) != self.n_layers or len(self.attn_types) != self.n_layers:
             raise BadInput(
                 f"config {self.name}: mlp_types ({len(self.mlp_types)}) and attn_types ({len(self.attn_types)}) "
@@ -83,6 +99,11 @@ class ModelArgs:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_MAX_DIM = 2**24        # no model dimension (hidden size, vocabulary, experts, ...) is larger
+_MAX_LAYERS = 4096
+_MAY_BE_ZERO = {"n_shared_experts", "index_local_blocks", "rotary_dim", "slice_rank"}
 
 
 def _layers(n_dense: int, n_total: int) -> tuple[list[str], list[str]]:
@@ -176,17 +197,25 @@ def from_hf_config(cfg: dict[str, Any], name: str = "hf") -> ModelArgs:
         raise BadInput("HF config has no text_config with hidden_size; is this a MiniMax M3 config.json?")
     kw: dict[str, Any] = {"name": name}
     for k, f in _FLAT.items():
-        if k in tc and tc[k] is not None:
-            kw[f] = tc[k]
+        if k in tc:
+            kw[f] = _value(tc[k], k, f)
     rope = tc.get("rope_parameters") or tc.get("rope_scaling") or {}
     if isinstance(rope, dict) and "rope_theta" in rope:
-        kw["rope_theta"] = rope["rope_theta"]
+        kw["rope_theta"] = _value(rope["rope_theta"], "rope_theta", "rope_theta")
     if "rotary_dim" not in tc and isinstance(rope, dict) and "partial_rotary_factor" in rope:
-        kw["rotary_dim"] = int(kw.get("head_dim", 128) * rope["partial_rotary_factor"])
+        prf = _value(rope["partial_rotary_factor"], "partial_rotary_factor", "rope_theta")
+        kw["rotary_dim"] = int(kw.get("head_dim", 128) * prf)
     sparse = tc.get("sparse_attention_config") or {}
+    if not isinstance(sparse, dict):
+        raise BadInput("HF config: sparse_attention_config must be an object")
     for k, f in _LEGACY_SPARSE.items():
         if k in sparse:
-            kw[f] = sparse[k]
+            kw[f] = _value(sparse[k], k, f)
+    for k in ("mlp_layer_types", "moe_layer_freq", "layer_types"):
+        if tc.get(k) is not None and not _flat_list(tc[k]):
+            raise BadInput(f"HF config: {k} must be a list of per-layer values")
+    if "sparse_attention_freq" in sparse and not _flat_list(sparse["sparse_attention_freq"]):
+        raise BadInput("HF config: sparse_attention_freq must be a list of per-layer values")
     n = kw.get("n_layers", 60)
     if tc.get("mlp_layer_types"):
         kw["mlp_types"] = ["moe" if t == "sparse" else "dense" for t in tc["mlp_layer_types"]]
@@ -205,6 +234,28 @@ def from_hf_config(cfg: dict[str, Any], name: str = "hf") -> ModelArgs:
     return ModelArgs(**kw)
 
 
+def _value(v: Any, key: str, field_name: str) -> Any:
+    """One HF config value for a ModelArgs field: null, strings and fractional sizes are refused (never a silent
+    fall-back to M3's defaults); integral floats (6144.0) are read as integers."""
+    want = {f.name: f.type for f in dataclasses.fields(ModelArgs)}.get(field_name)
+    if v is None:
+        raise BadInput(f"HF config: {key} is null; give a value or leave the key out")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise BadInput(f"HF config: {key} must be a number, not {type(v).__name__} {str(v)[:30]!r}")
+    if not math.isfinite(v):
+        raise BadInput(f"HF config: {key} must be a finite number")
+    if want in ("int", int):
+        if isinstance(v, float):
+            if v != int(v):
+                raise BadInput(f"HF config: {key} must be an integer, not {v}")
+            v = int(v)
+    return v
+
+
+def _flat_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, (int, str)) for x in v)
+
+
 def load_config(path_or_preset: str | Path, **overrides: Any) -> ModelArgs:
     """A preset name, a config.json path, or a checkpoint directory holding config.json."""
     s = str(path_or_preset)
@@ -216,10 +267,15 @@ def load_config(path_or_preset: str | Path, **overrides: Any) -> ModelArgs:
     if not p.exists():
         raise BadInput(f"{s}: neither a preset ({', '.join(PRESETS)}) nor an existing config.json")
     try:
-        cfg = json.loads(p.read_text())
+        cfg = json.loads(read_bytes(p))
     except (OSError, ValueError) as e:
-        raise BadInput(f"{p}: cannot read config JSON ({e})") from None
-    args = from_hf_config(cfg, name=p.parent.name or "hf")
+        raise BadInput(f"{p}: cannot read config JSON ({str(e)[:160]})") from None
+    except RecursionError:
+        raise BadInput(f"{p}: cannot read config JSON (nested too deep)") from None
+    try:
+        args = from_hf_config(cfg, name=p.parent.name or "hf")
+    except BadInput as e:
+        raise BadInput(f"{p}: {e}") from None
     return dataclasses.replace(args, **overrides) if overrides else args
 
 
