@@ -253,8 +253,8 @@ def atomic_write(path: str | os.PathLike, data: bytes, compress: bool | None = N
                        "output path")
     try:
         st = p.stat()
-    except FileNotFoundError:
-        st = None
+    except (FileNotFoundError, NotADirectoryError):
+        st = None  # the folder is missing (or a file is in its way): _make_folder says which
     except OSError as e:
         raise BadInput(f"{path}: cannot write: {e.strerror or e}") from None
     if compress:
@@ -293,6 +293,8 @@ def _make_folder(folder: Path, path) -> None:
         return
     try:
         folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise BadInput(f"{path}: cannot create its folder {folder}: a file of that name is in the way") from None
     except (OSError, ValueError) as e:
         raise BadInput(f"{path}: cannot create its folder {folder}: {getattr(e, 'strerror', None) or e}") from None
 

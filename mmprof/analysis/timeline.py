@@ -156,14 +156,14 @@ def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
         raise NoEvidence("profile has no kernels, copies or CPU ops: nothing to put on a timeline")
     phase = phase_labels(profile, ev.phase)
     ph_u, ph_inv = np.unique(phase.astype(str), return_inverse=True)
-    step_lo = int(ev.step.min())
-    span_s = int(ev.step.max()) - step_lo + 1
-    key = (ev.rank.astype(np.int64) * len(ph_u) + ph_inv) * span_s + (ev.step - step_lo)
+    r_u, r_inv = np.unique(ev.rank, return_inverse=True)     # dense codes: the key never overflows, whatever the
+    s_u, s_inv = np.unique(ev.step, return_inverse=True)     # rank and step numbers
+    key = (r_inv.astype(np.int64) * len(ph_u) + ph_inv) * len(s_u) + s_inv
     kuniq, gcode = codes(key)
     G = len(kuniq)
-    g_step = kuniq % span_s + step_lo
-    g_phase = ph_u[(kuniq // span_s) % max(len(ph_u), 1)]
-    g_rank = kuniq // span_s // max(len(ph_u), 1)
+    g_step = s_u[kuniq % len(s_u)]
+    g_phase = ph_u[(kuniq // len(s_u)) % len(ph_u)]
+    g_rank = r_u[kuniq // len(s_u) // len(ph_u)]
     # events outside every phase ("other") or outside every step of a phase that has steps are scattered across
     # the run (set-up, sampling between steps): their first-to-last span overlaps the real windows, so they
     # count with their busy time outside the real windows only

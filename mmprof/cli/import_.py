@@ -20,13 +20,16 @@ from mmprof.render.text.imports import render_import
 @click.option("--rank", type=int, default=None, help="Rank of a single trace that does not say (overrides the file).")
 @click.option("--format", "fmt", default=None,
               help="Skip content detection: kineto, rocpd, rocprofv3-csv, rocprofv3-json, nsys-sqlite.")
+@click.option("--one-run", is_flag=True,
+              help="The files are ranks of one run even though their tools, devices, world sizes or clocks differ.")
 @json_option
-def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str | None, as_json: bool) -> None:
+def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str | None, one_run: bool,
+               as_json: bool) -> None:
     """Import TRACE files or directories (one file per rank) into one Profile written to OUT."""
     if fmt is not None and fmt not in IMPORTERS:
         raise BadInput(f"unknown --format {fmt!r}; formats are {', '.join(k for k in IMPORTERS if k != 'mmprof-profile')}")
     t0 = time.perf_counter()
-    profile = import_paths(list(traces), rank=rank, fmt=fmt)
+    profile = import_paths(list(traces), rank=rank, fmt=fmt, one_run=one_run)
     t1 = time.perf_counter()
     path = save_profile(profile, output)
     t2 = time.perf_counter()

@@ -195,8 +195,6 @@ def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: s
         else:
             profiles.append(_guarded(lambda: module.load(group, rank=rank), group, kind))
             kinds.append(kind)
-    if len(profiles) > 1:
-        _check_rank_collisions(profiles, kinds)
     if len(files) > 1 and not one_run:
         facts = [f for p, k in zip(profiles, kinds) for f in rank_facts(p, k.split(" ")[0], k)]
         why = different_runs(facts)
@@ -204,6 +202,8 @@ def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: s
             names = ", ".join(str(f) for f in files[:3]) + (f" (+{len(files) - 3} more)" if len(files) > 3 else "")
             raise BadInput(f"{names}: these look like different runs: {why}; import them separately, or pass "
                            "--one-run if they really are one run")
+    if len(profiles) > 1:
+        _check_rank_collisions(profiles, kinds)
     prof = merge_profiles(profiles) if len(profiles) > 1 else profiles[0]
     if check_ranks:
         _warn_missing_ranks(prof)

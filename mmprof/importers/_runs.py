@@ -12,6 +12,7 @@ are relative to each session's start and are not compared.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -39,8 +40,15 @@ def rank_facts(prof: Profile, kind: str, label: str) -> list[dict[str, Any]]:
                     "devices": {d.get("name") for d in devs if isinstance(d.get("name"), str)},
                     "world_size": rm.get("world_size", ws), "span": spans.get(r),
                     "base": rm.get("base_time_ns") if type(rm.get("base_time_ns")) is int else None,
-                    "command": str(meta.get("command")) if kind == "mmprof-profile" and meta.get("command") else None})
+                    "command": _program(rm.get("command") or (meta.get("command") if kind == "mmprof-profile" else None))})
     return out
+
+
+def _program(cmd: Any) -> str | None:
+    """A command line without its numbers (ranks of one run differ only in --local-rank=N and the like)."""
+    if isinstance(cmd, list):
+        cmd = " ".join(map(str, cmd))
+    return re.sub(r"\d+", "", cmd).strip() if isinstance(cmd, str) and cmd.strip() else None
 
 
 def _spans(prof: Profile) -> dict[int, tuple[int, int]]:
@@ -76,7 +84,7 @@ def different_runs(facts: list[dict[str, Any]]) -> str | None:
         return f"they disagree on the world size ({', '.join(map(str, sorted(sizes)))})"
     cmds = {f["command"] for f in facts if f["command"]}
     if len(cmds) > 1:
-        return "they were recorded from different commands"
+        return "they ran different programs (" + "; ".join(sorted(c[:40] for c in cmds)[:2]) + ")"
     bases = [f["base"] for f in facts if f["base"] is not None]
     if bases and max(bases) - min(bases) > SAME_RUN_NS:
         return f"their clock bases lie {_hours(max(bases) - min(bases))} apart"

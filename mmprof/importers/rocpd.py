@@ -350,7 +350,8 @@ def load(files: list[Path], rank: int | None = None) -> Profile:
             devices.append({"index": a["index"], **d})
         p0 = u["procs"][0]
         b.meta["ranks"] = [{"rank": r, "host": p0.get("host"), "pid": p0.get("pid"), "file": str(u["file"]),
-                            "devices": devices, "pids": [p.get("pid") for p in u["procs"]]}]
+                            "devices": devices, "pids": [p.get("pid") for p in u["procs"]],
+                            "command": p0.get("command") if isinstance(p0.get("command"), str) else None}]
         b.meta["command"] = p0.get("command")
         if w:
             b.meta["warnings"] = w
