@@ -156,9 +156,10 @@ def read_bytes(path: str | os.PathLike) -> bytes:
                 f.seek(0)
                 data = _gunzip(p, f, limit, st.st_size)
             else:
-                rest = f.read(-1 if limit is None else limit + 1 - len(head))
-                data = head + rest
-                if limit is not None and len(data) > limit:
+                if limit is not None and st.st_size > limit:
+                    raise _too_big(p, limit, False)
+                data = head + _read_capped(f, limit)
+                if limit is not None and len(data) > limit:  # a file that grew while read
                     raise _too_big(p, limit, False)
     except OSError as e:
         raise BadInput(f"{p}: cannot read: {e.strerror or e}") from None
@@ -175,7 +176,7 @@ def _gunzip(p: Path, f, limit: int | None, size: int) -> bytes:
         cap = ratio_cap if cap is None else min(cap, ratio_cap)
     try:
         with gzip.GzipFile(fileobj=f, mode="rb") as g:
-            data = g.read(-1 if cap is None else cap + 1)
+            data = _read_capped(g, cap)
     except (EOFError, OSError, zlib.error) as e:
         raise BadInput(f"{p}: truncated or corrupt gzip ({e}); re-copy the file or re-run the capture") from None
     if cap is not None and len(data) > cap:
@@ -186,6 +187,21 @@ def _gunzip(p: Path, f, limit: int | None, size: int) -> bytes:
     if not data:
         raise BadInput(f"{p}: gzip holds an empty file")
     return data
+
+
+def _read_capped(f, cap: int | None, chunk: int = 64 * 2**20) -> bytes:
+    """Everything left in `f`, or the first cap + 1 bytes when there is more: read in chunks, so that a large cap
+    never becomes one allocation of that size."""
+    parts: list[bytes] = []
+    n = 0
+    while cap is None or n <= cap:
+        want = chunk if cap is None else min(chunk, cap + 1 - n)
+        b = f.read(want)
+        if not b:
+            break
+        parts.append(b)
+        n += len(b)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def head_bytes(path: str | os.PathLike, n: int = 4096) -> bytes:

@@ -358,3 +358,33 @@ def test_dash_writes_stdout_in_a_real_process(tmp_path, profile_file):
 def _write(path, doc):
     path.write_text(json.dumps(doc))
     return path
+
+
+# -- numbers against independent counts --------------------------------------------------------------------------
+@pytest.mark.parametrize("path, sql", [
+    ("rocprofv3/rocpd/14_results.db", "SELECT COUNT(*), SUM(\"end\" - start) FROM {t}"),
+    ("rocprofv3/rocpd/28_results.db", "SELECT COUNT(*), SUM(\"end\" - start) FROM {t}"),
+    ("nsys/perlmutter-cloverleaf-cuda.sqlite", "SELECT COUNT(*), SUM(\"end\" - start) FROM CUPTI_ACTIVITY_KIND_KERNEL"),
+    ("nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite", "SELECT COUNT(*), SUM(\"end\" - start) FROM CUPTI_ACTIVITY_KIND_KERNEL"),
+])
+def test_summary_kernel_count_and_time_match_the_raw_sqlite(path, sql, capsys):
+    from tests.conftest import sql_rows
+
+    f = SAMPLES / path
+    t = next(n for (n,) in sql_rows(f, "SELECT name FROM sqlite_master WHERE type='table'")
+             if n.startswith("rocpd_kernel_dispatch_")) if "rocpd" in path else None
+    n, total = sql_rows(f, sql.format(t=t))[0]
+    code, out, _ = _cli(["summary", f, "--json"], capsys)
+    ranks = json.loads(out)["ranks"]
+    assert code == 0 and sum(r["kernels"] for r in ranks) == n and sum(r["kernel_time_ns"] for r in ranks) == total
+
+
+def test_summary_matches_the_raw_csv(capsys):
+    import csv as _csv
+
+    f = SAMPLES / "rocprofv3" / "csv" / "kernel_trace.csv"
+    rows = list(_csv.DictReader(f.open()))
+    code, out, _ = _cli(["summary", f, "--json"], capsys)
+    r = json.loads(out)["ranks"][0]
+    assert code == 0 and r["kernels"] == len(rows)
+    assert r["kernel_time_ns"] == sum(int(x["End_Timestamp"]) - int(x["Start_Timestamp"]) for x in rows)
