@@ -216,12 +216,14 @@ _DATA_ERRORS = (sqlite3.Error, ValueError, TypeError, KeyError, IndexError, Attr
 
 
 def _guarded(load, files: list[Path], kind: str) -> Profile:
+    names = ", ".join(str(f) for f in files[:3]) + (" ..." if len(files) > 3 else "")
     try:
         return load()
-    except MmprofError:
-        raise
+    except MmprofError as e:
+        if any(str(f) in str(e) for f in files):
+            raise
+        raise type(e)(f"{names}: {e}") from e  # every error line names its file
     except _DATA_ERRORS as e:
-        names = ", ".join(str(f) for f in files[:3]) + (" ..." if len(files) > 3 else "")
         what = "too large for the memory available" if isinstance(e, MemoryError) else \
             "nested too deep" if isinstance(e, RecursionError) else f"{type(e).__name__}: {str(e)[:200]}"
         raise BadInput(f"{names}: cannot be read as {kind} ({what}); the file is damaged or not in the layout "

@@ -30,8 +30,10 @@ from mmprof.importers._timeline import (
     extend,
     finish,
 )
+from mmprof.importers._nesting import _to_int
 from mmprof.labels import rank_from_name
 from mmprof.profiles.model import Profile, ProfileBuilder
+from mmprof.profiles.schema import MAX_TIME_NS
 
 _KIND_TOKEN = re.compile(
     r"(kernel_trace|kernel_dispatch|hip_api_trace|hip_runtime_trace|hip_compiler_trace|hip_api|hsa_api_trace|"
@@ -117,7 +119,11 @@ def _expand(files: list[Path]) -> list[list[Path]]:
 def _ints(series: Any) -> list[int]:
     import pandas as pd
 
-    return pd.to_numeric(series, errors="coerce").fillna(-1).astype("int64").tolist()
+    v = pd.to_numeric(series, errors="coerce")
+    if str(v.dtype) == "int64":
+        return v.tolist()
+    # blanks, text, floats or values beyond int64: exact per value, -1 where there is no 64-bit integer
+    return [_to_int(x) if isinstance(x, str) else -1 for x in series.tolist()]
 
 
 def _agent_nums(series: Any) -> list[int]:
@@ -146,7 +152,12 @@ def _clean(df: Any, path: Path, warnings: list[str]) -> Any:
     dropped = int((~ok).sum()) + int(df.attrs.get("cut_rows", 0))
     if dropped:
         warnings.append(f"{path.name}: dropped {dropped} incomplete row(s) (truncated file?)")
-    return df[ok].reset_index(drop=True)
+    # inf, 1e30, 2**64: no timestamp a Profile can hold (never a wrapped-around number)
+    far = ok & ~(start.astype(float).abs().le(MAX_TIME_NS) & end.astype(float).abs().le(MAX_TIME_NS))
+    if far.any():
+        warnings.append(f"{path.name}: dropped {int(far.sum())} row(s) whose timestamps are not finite or beyond "
+                        f"{MAX_TIME_NS:.0e} ns")
+    return df[ok & ~far].reset_index(drop=True)
 
 
 def _import_group(paths: list[Path], rank: int, b: ProfileBuilder, cache: dict[Path, Any]
