@@ -102,7 +102,29 @@ def decode_column(raw: Any, kind: str, n: int, where: str) -> np.ndarray:
 
 def dumps(profile: Profile) -> bytes:
     # orjson writes NaN floats as null; from_dict reads null back as NaN.
-    return orjson.dumps(to_dict(profile), option=orjson.OPT_SERIALIZE_NUMPY)
+    doc = to_dict(profile)
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError:  # metadata copied from a file may hold what JSON cannot (integers beyond 64 bits)
+        doc["meta"] = _json_safe(doc["meta"])
+        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _json_safe(v: Any, depth: int = 0) -> Any:
+    """Metadata as orjson can write it: integers beyond 64 bits become their text, other odd values their repr."""
+    if depth > 64:
+        return None
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x, depth + 1) for x in v]
+    if isinstance(v, bool) or v is None or isinstance(v, (str, float)):
+        return v
+    if isinstance(v, int):
+        return v if -(2**63) <= v < 2**64 else str(v)
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    return repr(v)
 
 
 def save_profile(profile: Profile, path: str | os.PathLike) -> Path:
