@@ -146,8 +146,11 @@ def _clean(df: Any, path: Path, warnings: list[str]) -> Any:
     """Drop rows without valid timestamps (a truncated last line), with a warning; never silently."""
     import pandas as pd
 
-    start = pd.to_numeric(df.get("Start_Timestamp"), errors="coerce")
-    end = pd.to_numeric(df.get("End_Timestamp"), errors="coerce")
+    missing = [c for c in ("Start_Timestamp", "End_Timestamp") if c not in df.columns]
+    if missing:
+        raise BadInput(f"{path}: a rocprofv3 trace CSV without its {' and '.join(missing)} column(s)")
+    start = pd.to_numeric(df["Start_Timestamp"], errors="coerce")
+    end = pd.to_numeric(df["End_Timestamp"], errors="coerce")
     ok = start.notna() & end.notna()
     dropped = int((~ok).sum()) + int(df.attrs.get("cut_rows", 0))
     if dropped:

@@ -80,8 +80,10 @@ def decode_column(raw: Any, kind: str, n: int, where: str) -> np.ndarray:
                 raise SchemaError(f"{where}: const must be a 64-bit integer, not {str(v)[:40]!r}")
             return np.full(n, v, dtype=_NP_DTYPE[kind])
         wire = raw.get("dtype")
-        if wire not in _ALLOWED[kind] or not isinstance(raw.get("b64"), str):
-            raise SchemaError(f"{where}: expected one of {sorted(_ALLOWED[kind])} with base64 data, got {wire!r}")
+        if wire not in _ALLOWED[kind]:
+            raise SchemaError(f"{where}: dtype must be one of {sorted(_ALLOWED[kind])}, not {str(wire)[:20]!r}")
+        if not isinstance(raw.get("b64"), str):
+            raise SchemaError(f"{where}: b64 must be base64 text")
         try:
             buf = base64.b64decode(raw["b64"], validate=True)
             # astype copies into a fresh, writable array of the in-memory dtype
