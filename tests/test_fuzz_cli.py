@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -175,12 +176,14 @@ def test_the_corpus_covers_what_the_issue_lists(corpus):
 # -- hostile strings: never a crash, never raw control bytes on stdout ---------------------------------------
 RENDERING = ("escaping trace strings for the terminal/Markdown (Rich markup, control characters, bidi overrides) is "
              "issue 13 item 7, done by the rendering work in mmprof/render/ and the CLI renderers, not here")
+# Strict xfails until that work (mmprof.render.safe) is merged in; from then on these are plain assertions.
+_UNESCAPED = importlib.util.find_spec("mmprof.render.safe") is None
+_RENDER_XFAIL = pytest.mark.xfail(_UNESCAPED, strict=True, reason=RENDERING)
 HOSTILE_COMMANDS = {
-    "summary": pytest.param(["summary", "{in}"], marks=pytest.mark.xfail(strict=True, reason=RENDERING)),
-    "report": pytest.param(["report", "{in}"], marks=pytest.mark.xfail(strict=True, reason=RENDERING)),
-    "diff": pytest.param(["diff", "{good}", "{in}"], marks=pytest.mark.xfail(strict=True, reason=RENDERING)),
-    "verify-fastpath": pytest.param(["verify-fastpath", "{in}"],
-                                    marks=pytest.mark.xfail(strict=True, reason=RENDERING)),
+    "summary": pytest.param(["summary", "{in}"], marks=_RENDER_XFAIL),
+    "report": pytest.param(["report", "{in}"], marks=_RENDER_XFAIL),
+    "diff": pytest.param(["diff", "{good}", "{in}"], marks=_RENDER_XFAIL),
+    "verify-fastpath": pytest.param(["verify-fastpath", "{in}"], marks=_RENDER_XFAIL),
     "summary-json": pytest.param(["summary", "{in}", "--json"], marks=pytest.mark.xfail(strict=True, reason=(
         "--json output keeps bidi overrides, C1 controls and DEL raw (valid JSON, unsafe on a terminal): "
         + RENDERING))),

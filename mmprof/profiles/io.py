@@ -231,11 +231,8 @@ def check_meta(meta: Any, where: str) -> None:
             for k in ("index", "memory_bytes", "sms"):
                 if d.get(k) is not None and type(d[k]) is not int:
                     raise bad(f"ranks[].devices[].{k}", "an integer or null")
-            peaks = d.get("peaks")
-            if peaks is not None and (not isinstance(peaks, dict) or not all(
-                    isinstance(v, str) or (isinstance(v, (int, float)) and not isinstance(v, bool))
-                    for v in peaks.values())):
-                raise bad("ranks[].devices[].peaks", "an object of numbers (and a source text)")
+            if d.get("peaks") is not None and not isinstance(d["peaks"], dict):
+                raise bad("ranks[].devices[].peaks", "an object")  # its values are read defensively (hardware)
 
 
 def _strs(v: Any) -> bool:
