@@ -1,85 +1,229 @@
-"""Reading and writing files safely: gzip detection, clear errors, atomic writes."""
+"""Reading and writing files safely: gzip detection, size limits, clear errors, writes that never destroy inputs.
+
+Limits (docs/limits.md): an input is read at most `max_input_bytes()` bytes (after gunzip; a gzip is also refused
+when it expands more than GZIP_RATIO times its size, the mark of a decompression bomb), and importers refuse more
+than `max_events()` events or rows. Both can be raised: `MMPROF_MAX_INPUT_BYTES` / `MMPROF_MAX_EVENTS` (or
+`mmprof --max-input-bytes/--max-events`); 0 means no limit.
+
+Outputs: inside a command (`track_inputs()`), every input file is noted by inode, and `atomic_write` refuses to
+write over any of them. A symlink is never replaced (its target is written atomically), special files (devices,
+FIFOs) and `-` (stdout) are written directly instead of renamed over, and a folder that cannot be created or a
+file that cannot be written is one BadInput line.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
+import re
+import stat
+import sys
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from mmprof.errors import BadInput
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
+
+DEFAULT_MAX_INPUT_BYTES = 16 * 2**30   # 16 GiB of (decompressed) input per file
+DEFAULT_MAX_EVENTS = 50_000_000        # events / rows per file
+GZIP_RATIO = 200                       # real traces expand 8-20x; a bomb 1000x
+GZIP_RATIO_FLOOR = 256 * 2**20         # ... but any gzip may expand to 256 MiB
+ENV_MAX_BYTES = "MMPROF_MAX_INPUT_BYTES"
+ENV_MAX_EVENTS = "MMPROF_MAX_EVENTS"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str, what: str) -> int:
+    """'16G', '500M', '1000000' -> bytes; 0 means no limit. A bad value is a BadInput naming `what`."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise BadInput(f"{what}: {text!r} is not a size (e.g. 16G, 500M, 0 for no limit)")
+    n = float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " ")
+    if n > 2**62:
+        raise BadInput(f"{what}: {text!r} is too large")
+    return int(n)
+
+
+def _limit(env: str, default: int, what: str) -> int | None:
+    raw = os.environ.get(env)
+    if raw is None or raw == "":
+        return default
+    n = parse_size(raw, env) if env == ENV_MAX_BYTES else _count(raw, env)
+    return None if n == 0 else n
+
+
+def _count(raw: str, what: str) -> int:
+    try:
+        n = int(str(raw).replace("_", "").strip())
+    except ValueError:
+        raise BadInput(f"{what}: {raw!r} is not a whole number (0 for no limit)") from None
+    if n < 0 or n > 2**62:
+        raise BadInput(f"{what}: {raw!r} is out of range")
+    return n
+
+
+def max_input_bytes() -> int | None:
+    """Bytes one input may hold after decompression (None: no limit)."""
+    return _limit(ENV_MAX_BYTES, DEFAULT_MAX_INPUT_BYTES, "input size")
+
+
+def max_events() -> int | None:
+    """Events (or table rows) one input may hold (None: no limit)."""
+    return _limit(ENV_MAX_EVENTS, DEFAULT_MAX_EVENTS, "events")
+
+
+def check_events(n: int, where: str, what: str = "events") -> None:
+    """Refuse an input with more than max_events() events, with the way to raise the limit."""
+    cap = max_events()
+    if cap is not None and n > cap:
+        raise BadInput(f"{where}: {n:,} {what} exceed the limit of {cap:,}; raise it with {ENV_MAX_EVENTS}=N "
+                       "(or mmprof --max-events N, 0 for no limit) if the file is genuine")
+
+
+def _too_big(p: Path, limit: int, gz: bool) -> BadInput:
+    how = "decompresses to" if gz else "holds"
+    return BadInput(f"{p}: {how} more than {limit:,} bytes (the input limit); raise it with {ENV_MAX_BYTES}=SIZE "
+                    "(or mmprof --max-input-bytes SIZE, 0 for no limit) if the file is genuine")
+
+
+# -- inputs of the running command ---------------------------------------------------------------------------
+_inputs: dict[tuple[int, int], str] | None = None
+
+
+@contextlib.contextmanager
+def track_inputs() -> Iterator[None]:
+    """Within this block, every file read through this module (or noted with `note_input`) is an input, and
+    `atomic_write` refuses to write over it. The CLI wraps each command in it."""
+    global _inputs
+    saved, _inputs = _inputs, {}
+    try:
+        yield
+    finally:
+        _inputs = saved
+
+
+def note_input(path: str | os.PathLike) -> None:
+    """Record a file as an input of the running command (no-op outside `track_inputs`)."""
+    if _inputs is None:
+        return
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return
+    if stat.S_ISREG(st.st_mode):
+        _inputs.setdefault((st.st_dev, st.st_ino), str(path))
+
+
+def _input_named(path: Path) -> str | None:
+    if not _inputs:
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return _inputs.get((st.st_dev, st.st_ino))
+
+
+# -- reading ------------------------------------------------------------------------------------------------
+def _regular(p: Path) -> os.stat_result:
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise BadInput(f"{p}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise BadInput(f"{p}: is a directory, expected a file")
+    return st
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:
-    """The file's bytes, gunzipped when it is gzip (by content, not name). Errors are BadInput, one line."""
+    """The file's bytes, gunzipped when it is gzip (by content, not name), within the size limits. A UTF-8 BOM
+    before the content is dropped. Errors are BadInput, one line."""
     p = Path(path)
-    if not p.exists():
-        raise BadInput(f"{p}: no such file")
-    if p.is_dir():
-        raise BadInput(f"{p}: is a directory, expected a file")
+    st = _regular(p)
+    note_input(p)
+    limit = max_input_bytes()
     try:
-        data = p.read_bytes()
+        with open(p, "rb") as f:
+            head = f.read(2)
+            if head == GZIP_MAGIC:
+                f.seek(0)
+                data = _gunzip(p, f, limit, st.st_size)
+            else:
+                if limit is not None and st.st_size > limit:
+                    raise _too_big(p, limit, False)
+                data = head + _read_capped(f, limit)
+                if limit is not None and len(data) > limit:  # a file that grew while read
+                    raise _too_big(p, limit, False)
     except OSError as e:
-        raise BadInput(f"{p}: cannot read: {e.strerror or e}") from e
+        raise BadInput(f"{p}: cannot read: {e.strerror or e}") from None
     if not data:
         raise BadInput(f"{p}: empty file")
-    if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as e:
-            raise BadInput(f"{p}: truncated or corrupt gzip ({e}); re-copy the file or re-run the capture") from e
-        if not data:
-            raise BadInput(f"{p}: gzip holds an empty file")
+    data = data.removeprefix(UTF8_BOM)
     return data
 
 
-def head_bytes(path: str | os.PathLike, n: int = 4096) -> bytes:
-    """The first n bytes of the (decompressed) content, for format sniffing without reading everything."""
-    p = Path(path)
-    with open(p, "rb") as f:
-        start = f.read(2)
+def _gunzip(p: Path, f, limit: int | None, size: int) -> bytes:
+    cap = limit
+    if not os.environ.get(ENV_MAX_BYTES):  # a limit the user set replaces the ratio check
+        ratio_cap = max(GZIP_RATIO_FLOOR, GZIP_RATIO * size)
+        cap = ratio_cap if cap is None else min(cap, ratio_cap)
     try:
-        if start == GZIP_MAGIC:
-            with gzip.open(p, "rb") as f:
-                return f.read(n)
-        with open(p, "rb") as f:
-            return f.read(n)
+        with gzip.GzipFile(fileobj=f, mode="rb") as g:
+            data = _read_capped(g, cap)
     except (EOFError, OSError, zlib.error) as e:
-        raise BadInput(f"{p}: truncated or corrupt gzip ({e}); re-copy the file or re-run the capture") from e
+        raise BadInput(f"{p}: truncated or corrupt gzip ({e}); re-copy the file or re-run the capture") from None
+    if cap is not None and len(data) > cap:
+        if limit is not None and cap == limit:
+            raise _too_big(p, limit, True)
+        raise BadInput(f"{p}: gzip expands more than {GZIP_RATIO}x its size (over {cap:,} bytes): a decompression "
+                       f"bomb, or an unusual file; set {ENV_MAX_BYTES}=SIZE (0 for no limit) to read it anyway")
+    if not data:
+        raise BadInput(f"{p}: gzip holds an empty file")
+    return data
 
 
-def atomic_write(path: str | os.PathLike, data: bytes, compress: bool | None = None) -> Path:
-    """Write `data` to `path` through a temporary file in the same folder, then rename into place.
+def _read_capped(f, cap: int | None, chunk: int = 64 * 2**20) -> bytes:
+    """Everything left in `f`, or the first cap + 1 bytes when there is more: read in chunks, so that a large cap
+    never becomes one allocation of that size."""
+    parts: list[bytes] = []
+    n = 0
+    while cap is None or n <= cap:
+        want = chunk if cap is None else min(chunk, cap + 1 - n)
+        b = f.read(want)
+        if not b:
+            break
+        parts.append(b)
+        n += len(b)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    A crash mid-write leaves the old file (or nothing), never a half-written one. `compress` defaults to
-    "the name ends in .gz".
-    """
+
+def head_bytes(path: str | os.PathLike, n: int = 4096) -> bytes:
+    """The first n bytes of the (decompressed) content, for format sniffing without reading everything (a UTF-8
+    BOM is dropped)."""
     p = Path(path)
-    if compress is None:
-        compress = p.suffix == ".gz"
-    if compress:
-        data = gzip.compress(data, compresslevel=6, mtime=0)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    _regular(p)
+    note_input(p)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the mode open() would
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return p
+        with open(p, "rb") as f:
+            start = f.read(2)
+            f.seek(0)
+            if start == GZIP_MAGIC:
+                with gzip.GzipFile(fileobj=f, mode="rb") as g:
+                    data = g.read(n)
+            else:
+                data = f.read(n)
+    except (EOFError, OSError, zlib.error) as e:
+        if start == GZIP_MAGIC:
+            raise BadInput(f"{p}: truncated or corrupt gzip ({e}); re-copy the file or re-run the capture") from None
+        raise BadInput(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    return data.removeprefix(UTF8_BOM)
 
 
 def read_toml(path: str | os.PathLike, what: str) -> dict:
@@ -91,7 +235,113 @@ def read_toml(path: str | os.PathLike, what: str) -> dict:
     p = Path(path)
     if not p.is_file():
         raise BadInput(f"{p}: no such {what} file")
+    text = read_bytes(p) if p.stat().st_size else b""
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
+        return tomllib.loads(text.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise BadInput(f"{p}: not valid TOML ({e})") from e
+        raise BadInput(f"{p}: not valid TOML ({e})") from None
+    except RecursionError:
+        raise BadInput(f"{p}: not valid TOML (nested too deep)") from None
+
+
+# -- writing ------------------------------------------------------------------------------------------------
+def atomic_write(path: str | os.PathLike, data: bytes, compress: bool | None = None) -> Path:
+    """Write `data` to `path` without ever leaving a half-written file or destroying an input.
+
+    A regular file is written through a temporary file in the same folder, then renamed into place: a crash
+    mid-write leaves the old file (or nothing). `path` may not be an input of the running command (same inode).
+    A symlink stays a symlink: its target is written. A device or FIFO (or `-`, stdout) is written directly.
+    The folder is created when missing. `compress` defaults to "the name ends in .gz".
+    """
+    if str(path) == "-":
+        out = sys.stdout.buffer
+        out.write(gzip.compress(data, compresslevel=6, mtime=0) if compress else data)
+        out.flush()
+        return Path("-")
+    p = Path(path)
+    if compress is None:
+        compress = p.suffix == ".gz"
+    if p.is_symlink():
+        p = Path(os.path.realpath(p))  # write the link's target; the link itself stays
+    same = _input_named(p)
+    if same is not None:
+        raise BadInput(f"{path}: refusing to write over an input of this command ({same}); choose another "
+                       "output path")
+    try:
+        st = p.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        st = None  # the folder is missing (or a file is in its way): _make_folder says which
+    except OSError as e:
+        raise BadInput(f"{path}: cannot write: {e.strerror or e}") from None
+    if compress:
+        data = gzip.compress(data, compresslevel=6, mtime=0)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise BadInput(f"{path}: is a directory; give a file name to write")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return _write_special(p, path, data)
+    _make_folder(p.parent, path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    except OSError as e:
+        raise BadInput(f"{path}: cannot write in {p.parent}: {e.strerror or e}") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, (st.st_mode & 0o7777) if st is not None else 0o666 & ~umask)  # keep an old file's mode
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise BadInput(f"{path}: cannot write: {e.strerror or e}") from None
+        raise
+    return p
+
+
+def _make_folder(folder: Path, path) -> None:
+    if folder.is_dir():
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise BadInput(f"{path}: cannot create its folder {folder}: a file of that name is in the way") from None
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{path}: cannot create its folder {folder}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _write_special(p: Path, path, data: bytes) -> Path:
+    """A device, FIFO or socket path: write into it, never rename over it (the node stays as it is)."""
+    try:
+        with open(p, "wb") as f:
+            f.write(data)
+            f.flush()
+    except OSError as e:
+        raise BadInput(f"{path}: cannot write: {e.strerror or e}") from None
+    return p
+
+
+def sqlite_connect(path: str | os.PathLike):
+    """A read-only connection to an SQLite file (never modified: immutable=1), within the input size limit; a file
+    SQLite cannot read is a one-line BadInput."""
+    import sqlite3
+    import urllib.parse
+
+    p = Path(path)
+    st = _regular(p)
+    note_input(p)
+    limit = max_input_bytes()
+    if limit is not None and st.st_size > limit:
+        raise _too_big(p, limit, False)
+    uri = "file:" + urllib.parse.quote(str(p.resolve())) + "?mode=ro&immutable=1"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+        con.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.Error as e:
+        raise BadInput(f"{p}: SQLite file cannot be read ({e})") from None
+    return con

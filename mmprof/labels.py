@@ -26,11 +26,13 @@ from typing import Iterable
 
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
+from mmprof.profiles.schema import MAX_RANK as _MAX_RANK
 
 ROLES_FILE = Path(__file__).resolve().parent / "rules" / "roles.toml"
 SOURCES = ("annotation", "module", "shape")
 PHASES = ("prefill", "decode")
 MAX_STEP = 2**31 - 1
+MAX_RANK = _MAX_RANK  # ranks and world sizes beyond this are not ranks (a file that says so is refused)
 SEP = " > "  # joins the labels of a scope path, outermost first
 
 _PHASE = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mmprof.errors import BadInput
+from mmprof.fileio import read_bytes
 
 FAMILIES = ("minimax_m3", "deepseek_v3", "deepseek_v32", "qwen_moe", "mixtral", "gpt_oss", "dense")
 MAX_DIM = 1 << 24  # no model dimension is larger than this (16M); a bigger number is a broken config
@@ -87,9 +88,11 @@ class ModelSpec:
         if not p.is_file():
             raise BadInput(f"{path}: no such config.json (give a Hugging Face config.json or a checkpoint directory)")
         try:
-            doc = json.loads(p.read_text(encoding="utf-8-sig"))
+            doc = json.loads(read_bytes(p))  # the size limits of every input; a BOM is dropped there
         except (OSError, ValueError) as e:
             raise BadInput(f"{p}: cannot read config JSON ({str(e)[:120]})") from None
+        except RecursionError:
+            raise BadInput(f"{p}: cannot read config JSON (nested too deep)") from None
         return _from_hf(doc, str(p))
 
 

@@ -214,15 +214,22 @@ def test_phase_step_and_scope_nesting(tmp_path):
         {"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": 5.0, "dur": 1.0, "args": {"correlation": 1}},
         {"ph": "X", "cat": "kernel", "name": "b", "pid": 0, "tid": 7, "ts": 62.0, "dur": 1.0, "args": {"correlation": 2}},
         {"ph": "X", "cat": "kernel", "name": "c", "pid": 0, "tid": 7, "ts": 70.0, "dur": 1.0, "args": {"correlation": 3}},
+        # thread 2 again, after thread 1's decode window: no phase ('decoder' names none), no step
+        {"ph": "X", "cat": "user_annotation", "name": "## decoder ##", "pid": 1, "tid": 2, "ts": 150.0, "dur": 50.0},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 151.0, "dur": 1.0,
+         "args": {"correlation": 4}},
+        {"ph": "X", "cat": "kernel", "name": "d", "pid": 0, "tid": 7, "ts": 160.0, "dur": 1.0, "args": {"correlation": 4}},
     ]
     p = kineto.load([_write(tmp_path / "t.json", {"traceEvents": ev, "distributedInfo": {"rank": 2}})])
     k = p.df("kernels")
-    assert list(k.scope.astype(str)) == ["layers.0.moe.routed", "mmprof.step.3", "## decoder ##"]
+    assert list(k.scope.astype(str)) == ["layers.0.moe.routed", "mmprof.step.3", "## decoder ##", "## decoder ##"]
     assert k.scope_path.iloc[0] == "mmprof.decode > mmprof.step.3 > layers.0.moe.routed"
-    assert list(k.phase.astype(object)[:2]) == ["decode", "decode"] and k.phase.isna().iloc[2]  # 'decoder' is no phase
-    assert k.step.tolist() == [3, 3, -1]
+    # c is launched on thread 2, whose own ranges name no phase or step, inside thread 1's decode / step 3 windows:
+    # it belongs to them; d is launched after them and belongs to none ('decoder' is no phase)
+    assert list(k.phase.astype(object)[:3]) == ["decode", "decode", "decode"] and k.phase.isna().iloc[3]
+    assert k.step.tolist() == [3, 3, 3, -1]
     s = p.df("scopes")
-    assert s.depth.tolist()[:3] == [0, 1, 2] or sorted(s.depth.tolist()) == [0, 0, 1, 2]
+    assert s.depth.tolist()[:3] == [0, 1, 2] or sorted(s.depth.tolist()) == [0, 0, 0, 1, 2]
 
 
 def test_own_cpu_trace_shapes_and_scopes():

@@ -146,7 +146,10 @@ def test_rank_from_capture_environment(tmp_path):
     con.execute("UPDATE META_DATA_CAPTURE SET value = 'PMI_RANK=\"3\"' WHERE value = 'PMI_RANK=\"0\"'")
     con.commit()
     con.close()
-    p = import_paths([f, SAXPY])
+    # two different runs (A100 40 GB and 80 GB boards): refused unless the user says they are one run
+    with pytest.raises(BadInput, match="different runs: they ran on different devices"):
+        import_paths([f, SAXPY])
+    p = import_paths([f, SAXPY], one_run=True)
     assert p.ranks == [0, 3]
     assert p.n("kernels") == 1312 + 5
     assert set(p.df("kernels")["rank"][p.df("kernels").name.astype(str).str.startswith("saxpy")]) == {0}

@@ -129,7 +129,11 @@ def test_meta(p14):
 
 
 def test_two_files_two_ranks_in_file_order():
-    p = import_paths([DB14, DB28])
+    # the two samples are different runs (other hosts, other programs): refused together unless the user says
+    # they are one run
+    with pytest.raises(BadInput, match="different runs: they ran different programs"):
+        import_paths([DB14, DB28])
+    p = import_paths([DB14, DB28], one_run=True)
     assert p.ranks == [0, 1]
     assert p.n("kernels") == 452
     k = p.df("kernels")
@@ -161,7 +165,7 @@ def _copy_with_env(src: Path, dst: Path, env: dict) -> Path:
 def test_rank_from_process_environment(tmp_path):
     a = _copy_with_env(DB14, tmp_path / "a.db", {"RANK": "5"})
     b = _copy_with_env(DB28, tmp_path / "b.db", {"OMPI_COMM_WORLD_RANK": "2"})
-    p = import_paths([a, b])
+    p = import_paths([a, b], one_run=True)
     assert p.ranks == [2, 5]
     assert set(p.df("kernels")["rank"][p.df("kernels").dur_ns > 0]) == {2, 5}
     assert not any("assumed" in w for w in p.meta.get("warnings", []))

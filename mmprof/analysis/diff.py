@@ -361,6 +361,32 @@ def plain_timing_change(before, after) -> dict[str, Any] | None:
     return out
 
 
+def _setup(profile) -> dict[str, set[str]]:
+    """Vendor, device, tool and model of a profile, as far as its metadata says (empty sets: unknown)."""
+    meta = profile.meta if isinstance(profile.meta, dict) else {}
+    devs = [d for r in meta.get("ranks") or [] if isinstance(r, dict)
+            for d in (r.get("devices") or []) if isinstance(d, dict)]
+    src = meta.get("source") if isinstance(meta.get("source"), dict) else {}
+    model = meta.get("model") if isinstance(meta.get("model"), dict) else {}
+    tool = src.get("tool") or src.get("format")
+    return {"vendor": {d["vendor"] for d in devs if isinstance(d.get("vendor"), str)},
+            "device": {d["name"] for d in devs if isinstance(d.get("name"), str)},
+            "tool": {str(tool).split(",")[0].strip()} if tool else set(),
+            "model": {str(model.get("name"))} if model.get("name") else set()}
+
+
+def setup_mismatch(before, after) -> str | None:
+    """One warning when the two sides ran on different vendors or devices, were recorded by different tools or ran
+    different models: a diff across them compares set-ups, not a change."""
+    sb, sa = _setup(before), _setup(after)
+    diffs = [f"{k} {'/'.join(sorted(sb[k]))} vs {'/'.join(sorted(sa[k]))}" for k in ("vendor", "device", "tool", "model")
+             if sb[k] and sa[k] and sb[k] != sa[k]]
+    if not diffs:
+        return None
+    return ("the two sides differ in " + "; ".join(diffs) + ": differences below mix the set-up with the change, "
+            "so no verdict is about the change alone")
+
+
 def diff_profiles(before, after, phase: str | None = None, rank: int | None = None, shape_regions=(None, None),
                   labels: tuple[str, str] = ("before", "after")) -> DiffResult:
     """Compare two Profiles (see the module docstring). Raises NoEvidence when there is nothing to compare."""
@@ -371,6 +397,9 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
     notes = list(dict.fromkeys(b.events.notes + a.events.notes))
     if b.events.source != a.events.source:
         warnings.append(f"comparing a {b.events.source} profile with a {a.events.source} profile: categories differ in meaning")
+    mismatch = setup_mismatch(before, after)
+    if mismatch:
+        warnings.insert(0, mismatch)  # first: the whole comparison rests on it
     if rank is not None:
         for name, s in (("before", b), ("after", a)):
             if rank not in s.tl.ranks:

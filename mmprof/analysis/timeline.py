@@ -16,8 +16,11 @@ event end) falls in exactly one category, so the shares add up to 100% of the wa
 Overlapping streams are counted once: at each instant the highest category in the order above wins, so
 communication overlapped with compute counts as compute (reported separately as `comm_overlapped_ns`).
 
-Events outside every phase ("other") and events of a phase outside all of its steps are scattered across the run
-(set-up, sampling between steps): their windows count busy time only, no idle.
+A window spans its first event start to its last event end; where the windows of one rank overlap (a step's
+last kernel still runs when the next step's first kernel starts), each instant goes to the latest-started window
+that contains it, so the windows of a rank never add up to more than the rank's event span. Events outside every
+phase ("other") and events of a phase outside all of its steps are scattered across the run (set-up, sampling
+between steps): their windows count busy time outside the other windows only, no idle.
 
 The events are `mmprof.analysis.events` (kernels and copies; on a CPU run, the outermost compute ops). On a CPU
 run every gap between compute ops is host time (Python / framework overhead): idle_host.
@@ -25,6 +28,7 @@ run every gap between compute ops is host time (Python / framework overhead): id
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,96 +155,157 @@ def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
     if not len(ev):
         raise NoEvidence("profile has no kernels, copies or CPU ops: nothing to put on a timeline")
     phase = phase_labels(profile, ev.phase)
-    ph_u, ph_inv = np.unique(phase.astype(str), return_inverse=True) if len(ev) else (np.array([]), np.zeros(0, np.int64))
-    step_lo = int(ev.step.min()) if len(ev) else 0
-    span_s = int(ev.step.max()) - step_lo + 1 if len(ev) else 1
-    key = (ev.rank.astype(np.int64) * len(ph_u) + ph_inv) * span_s + (ev.step - step_lo)
+    ph_u, ph_inv = np.unique(phase.astype(str), return_inverse=True)
+    r_u, r_inv = np.unique(ev.rank, return_inverse=True)     # dense codes: the key never overflows, whatever the
+    s_u, s_inv = np.unique(ev.step, return_inverse=True)     # rank and step numbers
+    key = (r_inv.astype(np.int64) * len(ph_u) + ph_inv) * len(s_u) + s_inv
     kuniq, gcode = codes(key)
     G = len(kuniq)
-    g_step = kuniq % span_s + step_lo
-    g_phase = ph_u[(kuniq // span_s) % max(len(ph_u), 1)] if G else np.array([], dtype=object)
-    g_rank = kuniq // span_s // max(len(ph_u), 1)
-    cols = {c: np.zeros(G, dtype=np.int64) for c in CATEGORIES}
-    comm_total = np.zeros(G, dtype=np.int64)
-    comm_over = np.zeros(G, dtype=np.int64)
-    span_df = pd.DataFrame({"g": gcode, "s": ev.start, "e": ev.end}).groupby("g").agg(s=("s", "min"), e=("e", "max"))
-    wstart = np.zeros(G, dtype=np.int64)
-    wend = np.zeros(G, dtype=np.int64)
-    wstart[span_df.index.to_numpy()] = span_df["s"].to_numpy()
-    wend[span_df.index.to_numpy()] = span_df["e"].to_numpy()
-    _sweep(gcode, ev, cols, comm_total, comm_over)
-    span = wend - wstart
-    busy = sum(cols[c] for c in CATEGORIES[:_BUSY])
-    idle = np.maximum(span - busy, 0)
+    g_step = s_u[kuniq % len(s_u)]
+    g_phase = ph_u[(kuniq // len(s_u)) % len(ph_u)]
+    g_rank = r_u[kuniq // len(s_u) // len(ph_u)]
     # events outside every phase ("other") or outside every step of a phase that has steps are scattered across
     # the run (set-up, sampling between steps): their first-to-last span overlaps the real windows, so they
-    # count with their busy time only
-    if G:
-        wk = pd.DataFrame({"r": g_rank, "p": g_phase, "s": g_step})
-        stepped = wk[wk["s"] >= 0].groupby(["r", "p"]).size()
-        has_steps = pd.MultiIndex.from_frame(wk[["r", "p"]]).isin(stepped.index)
-        scattered = ((g_phase == "other") | ((g_step < 0) & has_steps)) if len(ph_u) else np.zeros(G, bool)
-        idle[scattered] = 0
-        cols["idle_host"][scattered] = 0
+    # count with their busy time outside the real windows only
+    wk = pd.DataFrame({"r": g_rank, "p": g_phase, "s": g_step})
+    stepped = wk[wk["s"] >= 0].groupby(["r", "p"]).size()
+    has_steps = pd.MultiIndex.from_frame(wk[["r", "p"]]).isin(stepped.index)
+    scattered = (g_phase == "other") | ((g_step < 0) & has_steps)
+    span_df = pd.DataFrame({"g": gcode, "s": ev.start, "e": np.maximum(ev.end, ev.start)}).groupby("g").agg(
+        s=("s", "min"), e=("e", "max"))
+    ext_s = np.zeros(G, dtype=np.int64)
+    ext_e = np.zeros(G, dtype=np.int64)
+    ext_s[span_df.index.to_numpy()] = span_df["s"].to_numpy()
+    ext_e[span_df.index.to_numpy()] = span_df["e"].to_numpy()
+    acc = _Acc(G)
+    for r in np.unique(g_rank).tolist():
+        full = np.flatnonzero((g_rank == r) & ~scattered)
+        segs = _partition(full, ext_s[full], ext_e[full])
+        _sweep_rank(np.flatnonzero(ev.rank == r), gcode, ev, segs, np.flatnonzero((g_rank == r) & scattered), acc)
+    cols = acc.cols
+    busy = sum(cols[c] for c in CATEGORIES[:_BUSY])
+    idle = acc.idle
     if ev.source == "cpu_ops":
-        cols["idle_host"] = idle
+        cols["idle_host"] = idle.copy()
     else:
-        cols["idle_host"] = np.minimum(cols["idle_host"], idle)
+        cols["idle_host"] = np.minimum(acc.host, idle)
     cols["idle_other"] = idle - cols["idle_host"]
     span = busy + idle
+    wstart = np.where(acc.own_s <= acc.own_e, acc.own_s, ext_s)
+    wend = np.where(acc.own_s <= acc.own_e, acc.own_e, ext_e)
     w = pd.DataFrame({"rank": g_rank, "phase": g_phase, "step": g_step,
                       "start_ns": wstart, "end_ns": wend, "span_ns": span, **cols,
-                      "comm_total_ns": comm_total, "comm_overlapped_ns": comm_over})
+                      "comm_total_ns": acc.comm_total, "comm_overlapped_ns": acc.comm_over})
     return TimelineResult(ev.source, w, list(ev.notes), list(ev.warnings))
 
 
-def _sweep(gcode: np.ndarray, ev: EventFrame, cols: dict, comm_total: np.ndarray, comm_over: np.ndarray) -> None:
-    """Vectorised interval sweep over all windows at once; fills the busy categories and idle_host."""
-    keep = np.flatnonzero(ev.end > ev.start)
-    n = len(keep)
-    if n == 0:
+class _Acc:
+    """Per-window accumulators of the sweep."""
+
+    def __init__(self, G: int) -> None:
+        self.cols = {c: np.zeros(G, dtype=np.int64) for c in CATEGORIES}
+        self.idle = np.zeros(G, dtype=np.int64)
+        self.host = np.zeros(G, dtype=np.int64)
+        self.comm_total = np.zeros(G, dtype=np.int64)
+        self.comm_over = np.zeros(G, dtype=np.int64)
+        self.own_s = np.full(G, np.iinfo(np.int64).max, dtype=np.int64)
+        self.own_e = np.full(G, np.iinfo(np.int64).min, dtype=np.int64)
+
+
+def _partition(groups: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The windows of one rank made disjoint: each instant of their union belongs to the latest-started window
+    that contains it (a step that runs on into the next step's first event hands that time over). Returns the
+    pieces (start, end, group), sorted and disjoint, so the windows' spans never add up to more than the rank's."""
+    order = np.lexsort((groups, s))
+    bounds = np.unique(np.concatenate([s, e]))
+    a_out: list[int] = []
+    b_out: list[int] = []
+    g_out: list[int] = []
+    heap: list[tuple[int, int, int]] = []   # (-start, -group, end): the latest-started open window on top
+    k = 0
+    n = len(order)
+    bl = bounds.tolist()
+    for i in range(len(bl) - 1):
+        t0, t1 = bl[i], bl[i + 1]
+        while k < n and s[order[k]] <= t0:
+            j = order[k]
+            heapq.heappush(heap, (-int(s[j]), -int(groups[j]), int(e[j])))
+            k += 1
+        while heap and heap[0][2] <= t0:
+            heapq.heappop(heap)
+        if not heap:
+            continue
+        g = -heap[0][1]
+        if g_out and g_out[-1] == g and b_out[-1] == t0:
+            b_out[-1] = t1
+        else:
+            a_out.append(t0)
+            b_out.append(t1)
+            g_out.append(g)
+    return (np.asarray(a_out, np.int64), np.asarray(b_out, np.int64), np.asarray(g_out, np.int64))
+
+
+def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scattered: np.ndarray, acc: _Acc) -> None:
+    """Interval sweep over one rank's events, with the window pieces `segs` as extra boundaries: every instant
+    is counted once, in the window piece that holds it (busy in the highest category active, else idle), or
+    outside every piece, when busy, in the scattered window of an event active then."""
+    seg_a, seg_b, seg_g = segs
+    keep = idx[ev.end[idx] > ev.start[idx]]
+    n, m = len(keep), len(seg_a)
+    if n + m == 0:
         return
-    G = len(comm_total)
-    g = np.concatenate([gcode[keep], gcode[keep]])
-    t = np.concatenate([ev.start[keep], ev.end[keep]])
-    d = np.concatenate([np.ones(n, np.int8), np.full(n, -1, np.int8)])
-    c = np.concatenate([ev.cat[keep], ev.cat[keep]])
-    e = np.concatenate([keep, keep])
-    # order by (window, time, ends before starts at the same instant): one int64 sort key when it fits
-    t0 = int(t.min())
-    trange = int(t.max()) - t0 + 1
-    bits = int(2 * trange).bit_length()
-    if bits + int(G).bit_length() < 63:
-        order = np.argsort((g.astype(np.int64) << bits) | ((t - t0) * 2 + (d > 0)), kind="stable")
-    else:
-        order = np.lexsort((d, t, g))
-    g, t, d, c, e = g[order], t[order], d[order], c[order], e[order]
+    t = np.concatenate([ev.start[keep], ev.end[keep], seg_a, seg_b])
+    d = np.concatenate([np.ones(n, np.int8), np.full(n, -1, np.int8), np.zeros(2 * m, np.int8)])
+    c = np.concatenate([ev.cat[keep], ev.cat[keep], np.full(2 * m, -1, np.int8)]).astype(np.int8)
+    e = np.concatenate([keep, keep, np.full(2 * m, -1, np.int64)])
+    order = np.lexsort((d > 0, t))      # ends (and piece bounds) before starts at the same instant
+    t, d, c, e = t[order], d[order], c[order], e[order]
     seg = np.zeros(len(t), dtype=np.int64)
-    same = g[1:] == g[:-1]
-    seg[:-1] = np.where(same, t[1:] - t[:-1], 0)
+    seg[:-1] = t[1:] - t[:-1]
     act = np.full(len(t), -1, dtype=np.int8)
-    comm_active = None
+    comm_active = np.zeros(len(t), bool)
     for k in range(_BUSY - 1, -1, -1):
-        cnt = np.cumsum(np.where(c == k, d, 0).astype(np.int32))
-        on = cnt > 0
+        on = np.cumsum(np.where(c == k, d, 0).astype(np.int64)) > 0
         act[on] = k
         if k == CAT_COMM:
             comm_active = on
+    # the window piece holding each elementary segment [t_i, t_i+1)
+    pos = np.searchsorted(seg_a, t, side="right") - 1
+    inside = (pos >= 0) & (t < seg_b[np.maximum(pos, 0)]) if m else np.zeros(len(t), bool)
+    owner = np.where(inside, seg_g[np.maximum(pos, 0)] if m else -1, -1)
+    # outside every piece: the first scattered window with an event active (only scattered events lie there)
+    gi = gcode[np.maximum(e, 0)]
+    for sg in scattered.tolist():
+        on = np.cumsum(np.where((e >= 0) & (gi == sg), d, 0).astype(np.int64)) > 0
+        owner = np.where((owner < 0) & ~inside & on, sg, owner)
+    G = len(acc.idle)
+    ok = owner >= 0
     for k, name in enumerate(CATEGORIES[:_BUSY]):
-        m = act == k
-        cols[name] += np.bincount(g[m], weights=seg[m], minlength=G).astype(np.int64)
-    comm_total += np.bincount(g[comm_active], weights=seg[comm_active], minlength=G).astype(np.int64)
-    ov = comm_active & (act >= 0) & (act < CAT_COMM)
-    comm_over += np.bincount(g[ov], weights=seg[ov], minlength=G).astype(np.int64)
-    # idle gaps: the next boundary is the start of the event that ends the gap
-    gap = np.flatnonzero((act == -1) & (seg > 0))
+        sel = ok & (act == k)
+        acc.cols[name] += np.bincount(owner[sel], weights=seg[sel], minlength=G).astype(np.int64)
+    sel = ok & comm_active
+    acc.comm_total += np.bincount(owner[sel], weights=seg[sel], minlength=G).astype(np.int64)
+    sel = sel & (act >= 0) & (act < CAT_COMM)
+    acc.comm_over += np.bincount(owner[sel], weights=seg[sel], minlength=G).astype(np.int64)
+    # idle inside a window piece; the gap is host-bound when the launch call of the event that ends it had not
+    # returned when the gap began (the GPU waits for the host)
+    gap = np.flatnonzero(inside & (act == -1) & (seg > 0))
     if len(gap):
-        nxt = e[gap + 1]
-        le = ev.launch_end[nxt]
-        # the next kernel's launch call had not returned when the GPU went idle: the whole gap (the rest of the
-        # call plus the launch latency) is the GPU waiting for the host
-        host = np.where(le > t[gap], seg[gap], 0)
-        cols["idle_host"] += np.bincount(g[gap], weights=host, minlength=G).astype(np.int64)
+        acc.idle += np.bincount(owner[gap], weights=seg[gap], minlength=G).astype(np.int64)
+        pts = np.arange(len(t))
+        nxt = np.where(d > 0, pts, len(t))
+        nxt = np.minimum.accumulate(nxt[::-1])[::-1]          # the next event start at or after each point
+        last_busy = np.maximum.accumulate(np.where((act >= 0) & (seg > 0), pts, -1))
+        began = t[np.minimum(last_busy[gap] + 1, len(t) - 1)]
+        began = np.where(last_busy[gap] >= 0, began, t[0])
+        has_next = nxt[gap + 1] < len(t)
+        le = np.where(has_next, ev.launch_end[e[np.minimum(nxt[gap + 1], len(t) - 1)]], -1)
+        host = np.where(has_next & (le > began), seg[gap], 0)
+        acc.host += np.bincount(owner[gap], weights=host, minlength=G).astype(np.int64)
+    # each window's extent on the timeline: its pieces
+    if m:
+        np.minimum.at(acc.own_s, seg_g, seg_a)
+        np.maximum.at(acc.own_e, seg_g, seg_b)
 
 
 def category_segments(ev: EventFrame) -> pd.DataFrame:

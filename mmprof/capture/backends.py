@@ -92,7 +92,7 @@ def record_with_tool(backend: str, cmd: list[str], out_path: Path, tdir: Path, o
             raise CaptureUnavailable(f"nsys export produced no SQLite file from {len(reports)} report(s)")
     else:  # pragma: no cover - record() validates the name
         raise BadInput(f"unknown backend {backend!r}")
-    profile = import_paths([str(f) for f in files])
+    profile = import_paths([str(f) for f in files], one_run=True)  # our own capture: one run by construction
     src = profile.meta.get("source") or {}
     profile.meta["source"] = {"format": "record", "imported_format": src.get("format"),
                               "files": [str(f) for f in files], "tool": backend}

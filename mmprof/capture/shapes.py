@@ -32,6 +32,9 @@ def resolve_model(model: str) -> ModelArgs:
     return load_config(model)
 
 
+_MAX_WORKLOAD = 2**24  # sequences or tokens: larger workloads overflow the 64-bit byte counts of the result
+
+
 def _check_parallel(tp: int, ep: int) -> None:
     if tp < 1:
         raise BadInput(f"--tp must be >= 1, not {tp}")
@@ -39,10 +42,17 @@ def _check_parallel(tp: int, ep: int) -> None:
         raise BadInput(f"--ep must be >= 1, not {ep}")
 
 
+def _check_workload(batch: int, seq: int) -> None:
+    for name, v in (("--batch", batch), ("--seq", seq)):
+        if not 1 <= v <= _MAX_WORKLOAD:
+            raise BadInput(f"{name} must be in 1..{_MAX_WORKLOAD}, not {v}")
+
+
 def analytic_shapes(model: str = "m3", tp: int = 8, ep: int = 1, batch: int = 1, seq: int = 1024,
                     phase: str = "decode", dtype: str = "bf16") -> ShapesResult:
     """Per-rank shapes of `model` at TP `tp` (EP `ep`) with the analytic findings."""
     _check_parallel(tp, ep)
+    _check_workload(batch, seq)
     args = resolve_model(model)
     res = analytic(args, tp, ep, batch, seq, phase, dtype)
     res.findings = analytic_findings(res, unsharded(res))
@@ -61,6 +71,7 @@ def live_shapes(model: str = "tiny", tp: int = 2, ep: int = 1, device: str = "cp
                 decode_steps: int = 2, dtype: str = "bf16") -> ShapesResult:
     """Start `tp` real ranks of the runtime, record the shapes they receive, compare with the analytic ones."""
     _check_parallel(tp, ep)
+    _check_workload(batch, seq)
     args = resolve_model(model)
     if seq + decode_steps > args.max_seq_len:
         raise BadInput(f"--seq {seq} + {decode_steps} decode steps exceeds {args.name}'s max_seq_len "

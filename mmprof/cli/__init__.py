@@ -7,12 +7,14 @@ profile never imports torch.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
 
 from mmprof._version import __version__
 from mmprof.errors import MmprofError
+from mmprof.fileio import ENV_MAX_BYTES, ENV_MAX_EVENTS, GZIP_RATIO, track_inputs
 
 # name -> (module, function, one-line help). The help lives here so `mmprof --help` imports nothing.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -56,8 +58,13 @@ def _available(name: str) -> bool:
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="mmprof")
 @click.option("--debug", is_flag=True, envvar="MMPROF_DEBUG", help="Show tracebacks instead of one-line errors.")
+@click.option("--max-input-bytes", metavar="SIZE", default=None,
+              help=f"Largest input file, after gunzip (e.g. 32G; 0 = no limit) [default: 16G, and a gzip may expand "
+                   f"at most {GZIP_RATIO}x; env {ENV_MAX_BYTES}].")
+@click.option("--max-events", metavar="N", default=None,
+              help=f"Most events / rows one input may hold (0 = no limit) [default: 50,000,000; env {ENV_MAX_EVENTS}].")
 @click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli(ctx: click.Context, debug: bool, max_input_bytes: str | None, max_events: str | None) -> None:
     """mmprof: profile and verify LLM inference runs of MiniMax M3 (and MoE + sparse-attention models).
 
     Exit codes: 0 all good, 1 a gate found violations (verify-fastpath, shapes --check, report --check),
@@ -65,18 +72,35 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    for env, value in ((ENV_MAX_BYTES, max_input_bytes), (ENV_MAX_EVENTS, max_events)):
+        if value is not None:
+            saved = os.environ.get(env)
+            os.environ[env] = str(value)
+            ctx.call_on_close(lambda env=env, saved=saved: _restore(env, saved))
+    ctx.with_resource(track_inputs())  # outputs may never overwrite this command's inputs
+
+
+def _restore(env: str, saved: str | None) -> None:
+    if saved is None:
+        os.environ.pop(env, None)
+    else:
+        os.environ[env] = saved
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the click app and turn MmprofErrors into one line on stderr plus an exit code."""
+    """Entry point: run the click app and turn every error into one line on stderr plus an exit code.
+
+    MmprofErrors (bad input, no evidence, ...) exit with their code (2); any other exception is a bug in mmprof
+    but still exits 2 with one "internal error" line, never 1, which is reserved for "a check found violations".
+    `--debug` (or MMPROF_DEBUG=1) shows the traceback instead."""
     args = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in args or bool(__import__("os").environ.get("MMPROF_DEBUG"))
+    debug = "--debug" in args or bool(os.environ.get("MMPROF_DEBUG"))
     try:
         rc = cli.main(args=args, prog_name="mmprof", standalone_mode=False)
     except MmprofError as e:
         if debug:
             raise
-        click.echo(f"mmprof: error: {e}", err=True)
+        click.echo(f"mmprof: error: {one_line(str(e))}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo("mmprof: aborted", err=True)
@@ -91,5 +115,18 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as e:  # a bug: still one line and exit 2, never 1 (violations)
+        if debug:
+            raise
+        click.echo(f"mmprof: internal error: {type(e).__name__}: {one_line(str(e))} "
+                   "(please report it; --debug shows the traceback)", err=True)
+        sys.exit(2)
     # ctx.exit(code) inside a command comes back here as its return value.
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def one_line(msg: str, limit: int = 500) -> str:
+    """An error message as one printable line: newlines, ESC, NUL, bidi overrides and other control or format
+    characters from file contents are shown as escapes, never sent to the terminal raw."""
+    out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in msg)
+    return out if len(out) <= limit else out[: limit - 3] + "..."

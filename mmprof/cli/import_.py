@@ -21,9 +21,12 @@ from mmprof.render.text.progress import progress_bar
 @click.option("--rank", type=int, default=None, help="Rank of a single trace that does not say (overrides the file).")
 @click.option("--format", "fmt", default=None,
               help="Skip content detection: kineto, rocpd, rocprofv3-csv, rocprofv3-json, nsys-sqlite.")
+@click.option("--one-run", is_flag=True,
+              help="The files are ranks of one run even though their tools, devices, world sizes or clocks differ.")
 @graph_ref_option
 @json_option
-def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str | None, graph_ref: str | None,
+def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str | None, one_run: bool,
+               graph_ref: str | None,
                as_json: bool) -> None:
     """Import TRACE files or directories (one file per rank) into one Profile written to OUT."""
     if fmt is not None and fmt not in IMPORTERS:
@@ -33,7 +36,7 @@ def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str 
             cb(f"importing {len(traces)} input(s)", 0, 2)
         t0 = time.perf_counter()
         ref = import_paths([graph_ref]) if graph_ref else None
-        profile = import_paths(list(traces), rank=rank, fmt=fmt, graph_ref=ref)
+        profile = import_paths(list(traces), rank=rank, fmt=fmt, graph_ref=ref, one_run=one_run)
         t1 = time.perf_counter()
         if cb:
             cb(f"writing {output}", 1, 2)

@@ -11,11 +11,12 @@ import os
 import sqlite3
 from pathlib import Path
 
-from mmprof.errors import BadInput, UnsupportedFormat
-from mmprof.fileio import head_bytes
+from mmprof.errors import BadInput, MmprofError, UnsupportedFormat
+from mmprof.fileio import head_bytes, note_input, sqlite_connect
+from mmprof.importers._runs import different_runs, rank_facts
+from mmprof.labels import MAX_RANK
 from mmprof.importers.graphs import attribute_replays
 from mmprof.profiles.model import Profile, merge_profiles
-from mmprof.units import fmt_ranges
 
 # format name -> module implementing load(files, rank)
 IMPORTERS: dict[str, str] = {
@@ -32,7 +33,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 def sqlite_tables(path: Path) -> set[str]:
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+        con = sqlite_connect(path)
         try:
             rows = con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
         finally:
@@ -56,6 +57,9 @@ def detect(path: str | os.PathLike) -> str:
     if text[:1] in (b"{", b"["):
         return _detect_json(p, text)
     first_line = text.split(b"\n", 1)[0]
+    csv_kind = non_trace_csv(first_line)
+    if csv_kind:
+        raise UnsupportedFormat(f"{p}: {csv_kind}")
     if b"," in first_line and (b"Kernel_Name" in first_line or b"Start_Timestamp" in first_line
                                or b"Function" in first_line or b"Direction" in first_line):
         return "rocprofv3-csv"
@@ -67,6 +71,24 @@ def detect(path: str | os.PathLike) -> str:
                                 "import the kernel trace instead")
     raise BadInput(f"{p}: not a recognised profiler file (expected a PyTorch/Kineto trace, rocprofv3 "
                    "rocpd/CSV/JSON, or an Nsight Systems SQLite export)")
+
+
+def non_trace_csv(header: bytes | str) -> str | None:
+    """What a rocprofv3 CSV that is not a timeline is (from its header line), or None. Its rows must never be
+    read as kernels: a counter-collection CSV has one row per dispatch x counter."""
+    h = header.decode("utf-8", "replace") if isinstance(header, bytes) else header
+    if "," not in h:
+        return None
+    cols = {c.strip().strip('"').strip() for c in h.strip().split(",")}
+    if {"Counter_Name", "Counter_Value"} <= cols:
+        return ("a rocprofv3 counter-collection CSV (--pmc: one row per dispatch x counter, timed by the counting "
+                "pass), not a timeline; import the kernel trace (rocprofv3 --kernel-trace) instead")
+    if "Sample_Timestamp" in cols and "Instruction" in cols:
+        return "a rocprofv3 PC-sampling CSV (instruction samples), not a timeline; import the kernel trace instead"
+    if {"Kind", "Operation"} <= cols and ("Allocation_Size" in cols or "Alloc_Flags" in cols):
+        return ("a rocprofv3 memory allocation / scratch memory trace (no kernels); import the kernel trace "
+                "(kernel_trace.csv) of the same run instead")
+    return None
 
 
 def _detect_sqlite(p: Path) -> str:
@@ -121,12 +143,14 @@ def expand(paths: list[str | os.PathLike]) -> list[Path]:
             if not found:
                 raise BadInput(f"{p}: directory holds no profiler traces (.json, .json.gz, .db, .sqlite, .csv)")
             out.extend(found)
-        elif not p.exists():
+        elif not os.path.lexists(p) or not p.exists():
             raise BadInput(f"{p}: no such file or directory")
         else:
             out.append(p)
     if not out:
         raise BadInput("no input files given")
+    for f in out:
+        note_input(f)  # outputs of this command may never overwrite it
     return out
 
 
@@ -138,14 +162,18 @@ def _looks_like_trace(f: Path) -> bool:
 
 
 def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: str | None = None,
-                 check_ranks: bool = True, graph_ref: Profile | None = None) -> Profile:
+                 check_ranks: bool = True, one_run: bool = False, graph_ref: Profile | None = None) -> Profile:
     """Import files and directories into one Profile (several files become one multi-rank profile).
 
     Traces get their CUDA / HIP graph replays marked and attributed (`mmprof.importers.graphs`); `graph_ref` is
     a profile of the same work run eagerly, used for replays nothing in the trace itself explains.
 
     check_ranks: warn when the run's world size names ranks the inputs do not hold (callers that import one
-    rank at a time and report missing ranks themselves, like `mmprof record`, pass False)."""
+    rank at a time and report missing ranks themselves, like `mmprof record`, pass False).
+    one_run: the user says the files are one run; without it, files that look like different runs (tools,
+    devices, world sizes, clocks far apart: `_runs.different_runs`) are refused."""
+    if rank is not None and not (type(rank) is int and 0 <= rank <= MAX_RANK):
+        raise BadInput(f"--rank {rank} is not a rank (0..{MAX_RANK})")
     files = expand(paths)
     groups: dict[str, list[Path]] = {}
     for f in files:
@@ -166,16 +194,23 @@ def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: s
         module = importlib.import_module(IMPORTERS[kind])
         if kind == "mmprof-profile":
             for f in group:
-                prof = module.load_profile(f)
+                prof = _guarded(lambda f=f: module.load_profile(f), [f], kind)
                 if graph_ref is not None:  # a saved profile is attributed again, now with the reference
-                    attribute_replays(prof, ref=graph_ref)
+                    _guarded(lambda p=prof: attribute_replays(p, ref=graph_ref), [f], kind)
                 profiles.append(prof)
-            kinds.extend(f"profile {f}" for f in group)
+                kinds.append(f"profile {f}")
         else:
-            prof = module.load(group, rank=rank)
-            attribute_replays(prof, ref=graph_ref)
+            prof = _guarded(lambda: module.load(group, rank=rank), group, kind)
+            _guarded(lambda: attribute_replays(prof, ref=graph_ref), group, kind)
             profiles.append(prof)
             kinds.append(kind)
+    if len(files) > 1 and not one_run:
+        facts = [f for p, k in zip(profiles, kinds) for f in rank_facts(p, k.split(" ")[0], k)]
+        why = different_runs(facts)
+        if why:
+            names = ", ".join(str(f) for f in files[:3]) + (f" (+{len(files) - 3} more)" if len(files) > 3 else "")
+            raise BadInput(f"{names}: these look like different runs: {why}; import them separately, or pass "
+                           "--one-run if they really are one run")
     if len(profiles) > 1:
         _check_rank_collisions(profiles, kinds)
     prof = merge_profiles(profiles) if len(profiles) > 1 else profiles[0]
@@ -184,19 +219,50 @@ def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: s
     return prof
 
 
+# What a damaged file makes an importer raise when a check is missing: still a one-line BadInput naming the file.
+_DATA_ERRORS = (sqlite3.Error, ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+                ArithmeticError, UnicodeError, RecursionError, MemoryError)
+
+
+def _guarded(load, files: list[Path], kind: str) -> Profile:
+    names = ", ".join(str(f) for f in files[:3]) + (" ..." if len(files) > 3 else "")
+    try:
+        return load()
+    except MmprofError as e:
+        if any(str(f) in str(e) for f in files):
+            raise
+        raise type(e)(f"{names}: {e}") from e  # every error line names its file
+    except _DATA_ERRORS as e:
+        what = "too large for the memory available" if isinstance(e, MemoryError) else \
+            "nested too deep" if isinstance(e, RecursionError) else f"{type(e).__name__}: {str(e)[:200]}"
+        raise BadInput(f"{names}: cannot be read as {kind} ({what}); the file is damaged or not in the layout "
+                       "this importer knows") from e
+
+
 def _warn_missing_ranks(prof: Profile) -> None:
-    """A multi-rank run imported without all its ranks says which are missing (never silently partial)."""
+    """A multi-rank run imported without all its ranks says which are missing (never silently partial).
+
+    The count is arithmetic and at most the first ranks are listed: a world size comes from the file and may be
+    anything (2**41 in a 1 KB trace), so nothing here is sized by it."""
     ws = (prof.meta.get("parallel") or {}).get("world_size")
-    if not isinstance(ws, int) or ws <= 1:
+    if type(ws) is not int or ws <= 1:
         return
-    missing = sorted(set(range(ws)) - set(prof.ranks))
-    if missing:
-        listed = fmt_ranges(missing, sep=", ")
-        msg = (f"{len(missing)} of {ws} ranks have no trace in these inputs (missing: {listed}); "
-               "cross-rank results cover the ranks present only")
-        warnings = prof.meta.setdefault("warnings", [])
-        if msg not in warnings:
-            warnings.append(msg)
+    present = sorted({r for r in prof.ranks if type(r) is int and 0 <= r < ws})
+    n_missing = ws - len(present)
+    if n_missing <= 0:
+        return
+    gaps: list[str] = []  # missing ranks as ranges, from the gaps between the ranks present (never per rank)
+    prev = -1
+    for r in present + [ws]:
+        if r > prev + 1 and len(gaps) < 32:
+            gaps.append(str(prev + 1) if r == prev + 2 else f"{prev + 1}-{r - 1}")
+        prev = r
+    listed = ", ".join(gaps) + (", ..." if len(gaps) == 32 else "")
+    msg = (f"{n_missing} of {ws} ranks have no trace in these inputs (missing: {listed}); "
+           "cross-rank results cover the ranks present only")
+    warnings = prof.meta.setdefault("warnings", [])
+    if msg not in warnings:
+        warnings.append(msg)
 
 
 def _check_rank_collisions(profiles: list[Profile], kinds: list[str]) -> None:

@@ -143,6 +143,7 @@ def collectives(imp) -> None:
     # comm ops with no kernel (gloo / CPU-only traces, or kernels not captured)
     if comm_ops:
         _, _, phase, step = imp._scope_cols(imp.ann.enclosing(imp.op_lane[comm_ops], imp.op_start[comm_ops]))
+        phase, step = imp._by_time(phase, step, imp.op_start[comm_ops])
         for j, i in enumerate(comm_ops):
             if i in used_ops:
                 continue

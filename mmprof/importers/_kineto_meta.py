@@ -67,8 +67,10 @@ def build_meta(trace, path: Path, rank: int, dist: dict, imp, warnings: list[str
     pids = sorted(p for p in imp.pids if isinstance(p, int))
     rank_entry: dict[str, Any] = {"rank": rank, "host": None, "pid": pids[0] if pids else None, "file": str(path),
                                   "devices": devices}
-    if trace.baseTimeNanoseconds is not None:
+    if type(trace.baseTimeNanoseconds) is int and 0 <= trace.baseTimeNanoseconds < 2**63:
         rank_entry["base_time_ns"] = trace.baseTimeNanoseconds
+    if type(dist.get("world_size")) is int:
+        rank_entry["world_size"] = dist["world_size"]
     parallel: dict[str, Any] = {}
     if isinstance(dist.get("world_size"), int):
         parallel["world_size"] = dist["world_size"]

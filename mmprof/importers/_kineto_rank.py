@@ -13,7 +13,14 @@ import numpy as np
 
 from mmprof.importers._chrome import Args
 from mmprof.importers._kineto_comm import collectives
-from mmprof.importers._nesting import Lanes, _ints, _to_int, to_ns
+from mmprof.importers._nesting import (
+    MAX_TIME_NS,
+    Lanes,
+    _ints,
+    _to_int,
+    finite_us,
+    to_ns,
+)
 from mmprof.labels import phase_of, step_of
 from mmprof.profiles.model import ProfileBuilder
 
@@ -72,8 +79,19 @@ class RankImporter:
             evs = [e for e in evs if e.ts is not None]
             ts = [e.ts for e in evs]
             self.warnings.append(f"{n0 - len(evs)} {what} events without a timestamp were dropped")
+        durs = [e.dur or 0 for e in evs]
+        _, ok_ts = finite_us(ts)
+        _, ok_dur = finite_us(durs)
+        ok = ok_ts & ok_dur
+        if not ok.all():  # 1e300, inf or beyond int64 ns: no number to compute with, never a silent wrap-around
+            keep = np.flatnonzero(ok).tolist()
+            self.warnings.append(f"{len(evs) - len(keep)} {what} events with a timestamp or duration out of range "
+                                 f"(not finite, or beyond {MAX_TIME_NS:.0e} ns) were dropped")
+            evs = [evs[i] for i in keep]
+            ts = [ts[i] for i in keep]
+            durs = [durs[i] for i in keep]
         start = to_ns(ts) if evs else np.zeros(0, np.int64)
-        dur = to_ns([e.dur or 0 for e in evs]) if evs else np.zeros(0, np.int64)
+        dur = to_ns(durs) if evs else np.zeros(0, np.int64)
         if len(start) and (np.diff(start) < 0).any():
             order = np.argsort(start, kind="stable")
             evs = [evs[i] for i in order.tolist()]
@@ -122,6 +140,7 @@ class RankImporter:
         self._ops(ops)
         self._scopes(anns, gpu_anns, modules)
         scope, path, phase, step = self._scope_cols(self.ann.enclosing(self.op_lane, self.op_start))
+        phase, step = self._by_time(phase, step, self.op_start)
         c = self.builder.cols["ops"]
         c["scope"], c["scope_path"], c["phase"], c["step"] = scope, path, phase, step
         self._launches(runtime)
@@ -188,6 +207,7 @@ class RankImporter:
         self.ann_events, self.ann_start, self.ann_end, self.ann_lane = evs, start, start + dur, lane
         names = [e.name if isinstance(e.name, str) else str(e.name) for e in evs]
         self.ann_name, self.ann_path, self.ann_phase, self.ann_step = self._propagate(self.ann, names)
+        self.step_win, self.phase_win = self._windows(names, start, start + dur)
         n = len(evs)
         c = self.builder.cols["scopes"]
         sid = self.st.id
@@ -210,6 +230,7 @@ class RankImporter:
         self.gann = Lanes(glane, gstart, gstart + gdur)
         gnames = [e.name if isinstance(e.name, str) else str(e.name) for e in gevs]
         self.gann_name, self.gann_path, self.gann_phase, self.gann_step = self._propagate(self.gann, gnames)
+        self.gstep_win, self.gphase_win = self._windows(gnames, gstart, gstart + gdur)
         off = n
         m = len(gevs)
         cat = lambda a, b: np.concatenate([np.asarray(a, np.int64), np.asarray(b, np.int64)])  # noqa: E731
@@ -249,6 +270,38 @@ class RankImporter:
         path_id = np.array([sid(x) for x in path], dtype=np.int64) if n else np.zeros(0, np.int64)
         phase_id = np.array([sid(x) for x in phase], dtype=np.int64) if n else np.zeros(0, np.int64)
         return name_id, path_id, phase_id, np.array(step, dtype=np.int64)
+
+    def _windows(self, names: list[str], start: np.ndarray, end: np.ndarray):
+        """Step and phase windows of every lane together: (Lanes, value per interval) for the annotations that
+        name a step (ProfilerStep#N, mmprof.step.N) or a phase themselves, or None when there are none."""
+        out = []
+        for val in ([step_of(x) for x in names], [self.st.id(ph) if (ph := phase_of(x)) else -1 for x in names]):
+            v = np.asarray(val, dtype=np.int64).reshape(-1)
+            rows = np.flatnonzero(v >= 0)
+            out.append((Lanes(np.zeros(len(rows), np.int64), start[rows], end[rows]), v[rows]) if len(rows) else None)
+        return out[0], out[1]
+
+    @staticmethod
+    def _in_window(win, cols: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """`cols` with its -1 entries filled from the window (of any lane) that contains time `t`."""
+        need = np.flatnonzero(cols < 0)
+        if win is None or not len(need):
+            return cols
+        lanes, vals = win
+        idx = lanes.enclosing(np.zeros(len(need), np.int64), t[need])
+        out = cols.copy()
+        out[need] = np.where(idx >= 0, vals[np.maximum(idx, 0)], -1)
+        return out
+
+    def _by_time(self, phase: np.ndarray, step: np.ndarray, t: np.ndarray, gpu_t: np.ndarray | None = None):
+        """Phase and step of events whose own thread has no marker around them: the CPU step / phase window of any
+        thread that contains `t` (the launch time), else the GPU-side window of any stream that contains `gpu_t`."""
+        phase = self._in_window(self.phase_win, phase, t)
+        step = self._in_window(self.step_win, step, t)
+        if gpu_t is not None:
+            phase = self._in_window(self.gphase_win, phase, gpu_t)
+            step = self._in_window(self.gstep_win, step, gpu_t)
+        return phase, step
 
     def _scope_cols(self, idx: np.ndarray, gpu: bool = False) -> tuple[np.ndarray, ...]:
         """(scope, scope_path, phase, step) columns for annotation rows `idx` (-1 = none)."""
@@ -316,12 +369,18 @@ class RankImporter:
         direct = self.op_by_ext(ext)
         op = np.where(op >= 0, op, direct)
         scope, path, phase, step = self._scope_cols(ann)
-        # no CPU annotation: fall back to the GPU-side annotation around the event on its stream
-        need = scope < 0
-        if need.any() and len(self.gann_name):
+        # no CPU annotation: fall back to the GPU-side annotation around the event on its stream (for the scope
+        # when there is none, for phase / step when the CPU side gave none)
+        if len(self.gann_name) and ((scope < 0) | (phase < 0) | (step < 0)).any():
             g = self.gann.enclosing(gpu_lane, start)
-            gs = self._scope_cols(g, gpu=True)
-            scope, path, phase, step = (np.where(need, b, a) for a, b in zip((scope, path, phase, step), gs))
+            gscope, gpath, gphase, gstep = self._scope_cols(g, gpu=True)
+            need = scope < 0
+            scope, path = np.where(need, gscope, scope), np.where(need, gpath, path)
+            phase, step = np.where(phase < 0, gphase, phase), np.where(step < 0, gstep, step)
+        # still none: the step / phase window of another thread (a backward, DataLoader or communication thread's
+        # kernels run inside the main thread's ProfilerStep), by the launch time, else by the event's own start
+        t = np.where(has, self.l_start[j], start) if len(self.l_start) else start
+        phase, step = self._by_time(phase, step, t, start)
         return launch, op, scope, path, phase, step
 
     # -- kernels ------------------------------------------------------------------------------------

@@ -11,27 +11,36 @@ import re
 
 import numpy as np
 
+from mmprof.profiles.schema import MAX_TIME_NS
+
 _TRAILING_INT = re.compile(r"\d+$")
 
 
+_I64 = 2**63
+
+
 def _to_int(v) -> int:
+    """An id-like value (int, float, numeric or "stream 7"-style string) as an int64; -1 when unknown or when it
+    does not fit 64 bits (a 2**64 correlation id links nothing rather than crash)."""
     if v is None:
         return -1
     if isinstance(v, bool):
         return int(v)
     if isinstance(v, int):
-        return v
+        return v if -_I64 <= v < _I64 else -1
     if isinstance(v, float):
-        return int(v) if v == v else -1
+        return int(v) if v == v and abs(v) < 2.0**63 else -1
     if isinstance(v, str):
         try:
-            return int(v, 0)
+            n = int(v, 0)
         except ValueError:
             try:
-                return int(float(v))
+                f = float(v)
+                n = int(f) if f == f and abs(f) < 2.0**63 else -1
             except ValueError:
                 m = _TRAILING_INT.search(v)  # old traces: "tid": "stream 7"
-                return int(m.group(0)) if m else -1
+                n = int(m.group(0)) if m and len(m.group(0)) < 19 else -1
+        return n if -_I64 <= n < _I64 else -1
     return -1
 
 
@@ -42,9 +51,26 @@ def _ints(vals: list) -> np.ndarray:
         return np.array([_to_int(v) for v in vals], dtype=np.int64)
 
 
+_MAX_US = MAX_TIME_NS / 1000
+
+
+def finite_us(us: list) -> tuple[np.ndarray, np.ndarray]:
+    """µs values as floats and a mask of the usable ones (numbers, finite, within MAX_TIME_NS)."""
+    try:
+        a = np.asarray(us, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        a = np.array([float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) < 1e300
+                      else np.nan for x in us], dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = np.isfinite(a) & (np.abs(a) <= _MAX_US)
+    return a, ok
+
+
 def to_ns(us: list) -> np.ndarray:
-    """µs (float or int) -> integer ns, exact for integer µs and ns-resolution floats."""
-    a = np.asarray(us, dtype=np.float64)
+    """µs (float or int) -> integer ns, exact for integer µs and ns-resolution floats. Values that are not usable
+    (see `finite_us`) become 0; callers drop them first."""
+    a, ok = finite_us(us)
+    a = np.where(ok, a, 0.0)
     ip = np.floor(a)
     return ip.astype(np.int64) * 1000 + np.rint((a - ip) * 1000.0).astype(np.int64)
 

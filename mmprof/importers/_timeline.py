@@ -15,9 +15,9 @@ from typing import Any, Sequence
 
 from mmprof._version import __version__
 from mmprof.errors import BadInput
-from mmprof.labels import SEP, phase_of_path, step_of_path
+from mmprof.labels import MAX_RANK, SEP, phase_of, phase_of_path, step_of, step_of_path
 from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
-from mmprof.profiles.schema import TABLES
+from mmprof.profiles.schema import MAX_TIME_NS, TABLES
 
 RANK_ENV_KEYS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK",
                  "PALS_RANKID", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
@@ -40,9 +40,11 @@ def rank_from_env(env: dict[str, Any] | None) -> int | None:
         if v is None:
             continue
         try:
-            return int(str(v).strip().strip('"'))
+            r = int(str(v).strip().strip('"')[:12])
         except ValueError:
             continue
+        if 0 <= r <= MAX_RANK:
+            return r
     return None
 
 
@@ -86,6 +88,28 @@ def drop_idle(units: list, gpu_work: list[bool], labels: list[str]) -> tuple[lis
     return [u for u, g in zip(units, gpu_work) if g], warnings
 
 
+class _Windows:
+    """Labelled time ranges of every thread together; `at(t)` is the latest-started one containing t."""
+
+    def __init__(self, rows: list[tuple[int, int, Any]]) -> None:
+        rows.sort(key=lambda r: (r[0], r[1]))
+        self.starts = [r[0] for r in rows]
+        self.rows = rows
+        self.max_end: list[int] = []
+        m = None
+        for r in rows:
+            m = r[1] if m is None else max(m, r[1])
+            self.max_end.append(m)
+
+    def at(self, t: int, default: Any) -> Any:
+        i = bisect.bisect_right(self.starts, t) - 1
+        while i >= 0 and self.max_end[i] > t:
+            if self.rows[i][1] > t:
+                return self.rows[i][2]
+            i -= 1
+        return default
+
+
 @dataclass
 class ScopeNest:
     """CPU ranges of one rank, nested per thread. `depth`/`parent` index into the input order."""
@@ -117,6 +141,15 @@ class ScopeNest:
                     self.depth[i] = self.depth[stack[-1]] + 1
                 stack.append(i)
             self._by_tid[t] = ([self.starts[i] for i in idx], idx)
+        self._step_win = _Windows([(s, e, step_of(nm)) for s, e, nm in zip(self.starts, self.ends, self.names)
+                                   if step_of(nm) >= 0 and e > s])
+        self._phase_win = _Windows([(s, e, ph) for s, e, nm in zip(self.starts, self.ends, self.names)
+                                    if (ph := phase_of(nm)) and e > s])
+
+    def window(self, ts: int) -> tuple[str | None, int]:
+        """(phase, step) of the phase / step range of ANY thread that contains `ts` (None, -1 when none): the
+        window of a kernel launched from a thread that carries no markers of its own."""
+        return self._phase_win.at(ts, None), self._step_win.at(ts, -1)
 
     def enclosing(self, tid: int, ts: int) -> list[int]:
         """Ranges on `tid` that contain time `ts`, outermost first (zero-length marks never enclose)."""
@@ -174,6 +207,9 @@ def attribute(nest: ScopeNest | None, tids: Sequence[int], times: Sequence[int]
             hit = (names[-1] if names else None, SEP.join(names) if names else None, phase_of_path(names),
                    step_of_path(names))
             cache[key] = hit
+        if (hit[2] is None or hit[3] < 0) and ts is not None and ts >= 0:
+            wph, wst = nest.window(ts)  # no marker on the launching thread: the window of another thread
+            hit = (hit[0], hit[1], hit[2] or wph, hit[3] if hit[3] >= 0 else wst)
         scope.append(hit[0])
         path.append(hit[1])
         phase.append(hit[2])
@@ -220,6 +256,8 @@ def extend(b: ProfileBuilder, table: str, n: int, **columns: Sequence[Any]) -> i
     first = b.n(table)
     if n == 0:
         return first
+    if "start_ns" in columns or "dur_ns" in columns:
+        columns["start_ns"], columns["dur_ns"] = _times(b, table, columns.get("start_ns"), columns.get("dur_ns"))
     cols = b.cols[table]
     for col, ctype, _ in TABLES[table]:
         vals = columns.pop(col, None)
@@ -238,6 +276,27 @@ def extend(b: ProfileBuilder, table: str, n: int, **columns: Sequence[Any]) -> i
     if columns:
         raise KeyError(f"table {table!r} has no column(s) {', '.join(columns)}")
     return first
+
+
+def _times(b: ProfileBuilder, table: str, start, dur) -> tuple[list | None, list | None]:
+    """Start and duration columns a Profile can hold: an end before its start (a clock glitch, a row cut short) is
+    a zero duration, with a warning; a time beyond +-MAX_TIME_NS or not an integer is a damaged file."""
+    def bad(v) -> bool:
+        if isinstance(v, (bool, float, str)) or not hasattr(v, "__index__"):
+            return True
+        return not -MAX_TIME_NS <= v <= MAX_TIME_NS
+
+    for vals in (start, dur):
+        if vals is not None and any(bad(v) for v in vals if v is not None):
+            v = next(v for v in vals if v is not None and bad(v))
+            raise BadInput(f"{table}: a timestamp or duration of {str(v)[:30]} ns is not an integer within "
+                           f"+-{MAX_TIME_NS:.0e} ns; the file is damaged")
+    if dur is not None and any(v is not None and v < 0 for v in dur):
+        neg = sum(1 for v in dur if v is not None and v < 0)
+        b.meta.setdefault("warnings", []).append(f"{neg} {table} rows end before they start; their duration is "
+                                                 "set to 0")
+        dur = [0 if v is not None and v < 0 else v for v in dur]
+    return start, dur
 
 
 def base_meta(fmt: str, files: list[Path], tool: str | None) -> dict[str, Any]:

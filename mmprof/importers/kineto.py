@@ -23,11 +23,11 @@ import os
 from pathlib import Path
 
 from mmprof.errors import BadInput
-from mmprof.fileio import read_bytes
+from mmprof.fileio import check_events, read_bytes
 from mmprof.importers import _kineto_meta as km
 from mmprof.importers._chrome import decode
 from mmprof.importers._kineto_rank import RankImporter
-from mmprof.labels import rank_from_name
+from mmprof.labels import MAX_RANK, rank_from_name
 from mmprof.profiles.model import Profile, merge_profiles
 
 
@@ -84,8 +84,16 @@ def _load_one(path: Path, rank: int | None, many: bool) -> Profile:
         warnings.append(f"{bad} events did not fit the Chrome-trace layout and were dropped")
     if not events:
         raise BadInput(f"{path}: trace holds no events (traceEvents is empty)")
-    dist = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
-    file_rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
+    check_events(len(events), str(path))
+    dist = dict(trace.distributedInfo) if isinstance(trace.distributedInfo, dict) else {}
+    file_rank = dist.get("rank") if type(dist.get("rank")) is int else None
+    if file_rank is not None and not 0 <= file_rank <= MAX_RANK:
+        raise BadInput(f"{path}: distributedInfo.rank {file_rank} is not a rank (0..{MAX_RANK}); import the file "
+                       "alone with --rank N if it is one")
+    ws = dist.get("world_size")
+    if ws is not None and not (type(ws) is int and 1 <= ws <= MAX_RANK + 1):
+        warnings.append(f"distributedInfo.world_size {str(ws)[:40]} is not a world size; ignored")
+        dist.pop("world_size")
     name_rank = rank_from_name(path)
     if rank is not None:
         if file_rank is not None and file_rank != rank:

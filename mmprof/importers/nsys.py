@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mmprof.errors import BadInput
+from mmprof.fileio import sqlite_connect
 from mmprof.importers._devices import describe_device
 from mmprof.importers._timeline import (
     add_comm_kernels,
@@ -44,7 +45,7 @@ class _Db:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            self.con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+            self.con = sqlite_connect(path)
             rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
         except sqlite3.DatabaseError as e:
             raise BadInput(f"{path}: SQLite file cannot be read ({e})") from e

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mmprof.errors import BadInput, UnsupportedFormat
+from mmprof.fileio import sqlite_connect
 from mmprof.importers._devices import describe_device
 from mmprof.importers._timeline import (
     add_comm_kernels,
@@ -43,7 +44,7 @@ _LAUNCH_API = re.compile(r"^(hip|hipExt|hipModule|hipHcc|hipGraph|cuda|cu)\w*(La
 
 def _connect(path: Path) -> sqlite3.Connection:
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+        con = sqlite_connect(path)
         con.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
     except sqlite3.DatabaseError as e:
         raise BadInput(f"{path}: SQLite file cannot be read ({e})") from e
@@ -349,7 +350,8 @@ def load(files: list[Path], rank: int | None = None) -> Profile:
             devices.append({"index": a["index"], **d})
         p0 = u["procs"][0]
         b.meta["ranks"] = [{"rank": r, "host": p0.get("host"), "pid": p0.get("pid"), "file": str(u["file"]),
-                            "devices": devices, "pids": [p.get("pid") for p in u["procs"]]}]
+                            "devices": devices, "pids": [p.get("pid") for p in u["procs"]],
+                            "command": p0.get("command") if isinstance(p0.get("command"), str) else None}]
         b.meta["command"] = p0.get("command")
         if w:
             b.meta["warnings"] = w

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mmprof.errors import BadInput
+from mmprof.fileio import check_events, read_bytes
 from mmprof.importers._devices import describe_device
 from mmprof.importers._timeline import (
     add_comm_kernels,
@@ -29,8 +30,10 @@ from mmprof.importers._timeline import (
     extend,
     finish,
 )
+from mmprof.importers._nesting import _to_int
 from mmprof.labels import rank_from_name
 from mmprof.profiles.model import Profile, ProfileBuilder
+from mmprof.profiles.schema import MAX_TIME_NS
 
 _KIND_TOKEN = re.compile(
     r"(kernel_trace|kernel_dispatch|hip_api_trace|hip_runtime_trace|hip_compiler_trace|hip_api|hsa_api_trace|"
@@ -49,26 +52,35 @@ def _read(path: Path) -> Any:
     import pandas as pd
 
     opts = dict(dtype=str, keep_default_na=False, na_values=[""])
+    data = read_bytes(path)  # gunzipped by content, BOM dropped, within the input size limit
+    if b"\x00" in data:
+        raise BadInput(f"{path}: holds NUL bytes; not a text CSV file")
     try:
-        df = pd.read_csv(path, **opts)
+        df = pd.read_csv(io.BytesIO(data), **opts)
     except pd.errors.EmptyDataError as e:
         raise BadInput(f"{path}: empty CSV file") from e
     except UnicodeDecodeError as e:
         raise BadInput(f"{path}: not a text CSV file ({e.reason})") from e
     except pd.errors.ParserError as e:
-        text = path.read_text(errors="replace")
+        text = data.decode("utf-8", errors="replace")
         head, _, _last = text.rstrip("\n").rpartition("\n")
         try:
             df = pd.read_csv(io.StringIO(head + "\n"), **opts)
         except (pd.errors.ParserError, pd.errors.EmptyDataError):
             raise BadInput(f"{path}: malformed CSV ({str(e).splitlines()[0]})") from e
         df.attrs["cut_rows"] = 1
-    df.columns = [str(c).strip() for c in df.columns]
+    df.columns = [str(c).strip().lstrip("\ufeff").strip().strip('"') for c in df.columns]
+    check_events(len(df), str(path), "rows")
     return df
 
 
 def _kind(df: Any) -> str:
     cols = set(df.columns)
+    if {"Counter_Name", "Counter_Value"} <= cols:
+        return "counters"  # one row per dispatch x counter: never kernels
+    if ("Sample_Timestamp" in cols and "Instruction" in cols) or ({"Kind", "Operation"} <= cols and (
+            "Allocation_Size" in cols or "Alloc_Flags" in cols)):
+        return "no-timeline"
     if "Kernel_Name" in cols or ({"Kernel_Id", "Grid_Size_X"} <= cols):
         return "kernel"
     if "Direction" in cols or ({"Source_Agent_Id", "Destination_Agent_Id"} <= cols):
@@ -107,7 +119,11 @@ def _expand(files: list[Path]) -> list[list[Path]]:
 def _ints(series: Any) -> list[int]:
     import pandas as pd
 
-    return pd.to_numeric(series, errors="coerce").fillna(-1).astype("int64").tolist()
+    v = pd.to_numeric(series, errors="coerce")
+    if str(v.dtype) == "int64":
+        return v.tolist()
+    # blanks, text, floats or values beyond int64: exact per value, -1 where there is no 64-bit integer
+    return [_to_int(x) if isinstance(x, str) else -1 for x in series.tolist()]
 
 
 def _agent_nums(series: Any) -> list[int]:
@@ -130,13 +146,21 @@ def _clean(df: Any, path: Path, warnings: list[str]) -> Any:
     """Drop rows without valid timestamps (a truncated last line), with a warning; never silently."""
     import pandas as pd
 
-    start = pd.to_numeric(df.get("Start_Timestamp"), errors="coerce")
-    end = pd.to_numeric(df.get("End_Timestamp"), errors="coerce")
+    missing = [c for c in ("Start_Timestamp", "End_Timestamp") if c not in df.columns]
+    if missing:
+        raise BadInput(f"{path}: a rocprofv3 trace CSV without its {' and '.join(missing)} column(s)")
+    start = pd.to_numeric(df["Start_Timestamp"], errors="coerce")
+    end = pd.to_numeric(df["End_Timestamp"], errors="coerce")
     ok = start.notna() & end.notna()
     dropped = int((~ok).sum()) + int(df.attrs.get("cut_rows", 0))
     if dropped:
         warnings.append(f"{path.name}: dropped {dropped} incomplete row(s) (truncated file?)")
-    return df[ok].reset_index(drop=True)
+    # inf, 1e30, 2**64: no timestamp a Profile can hold (never a wrapped-around number)
+    far = ok & ~(start.astype(float).abs().le(MAX_TIME_NS) & end.astype(float).abs().le(MAX_TIME_NS))
+    if far.any():
+        warnings.append(f"{path.name}: dropped {int(far.sum())} row(s) whose timestamps are not finite or beyond "
+                        f"{MAX_TIME_NS:.0e} ns")
+    return df[ok & ~far].reset_index(drop=True)
 
 
 def _import_group(paths: list[Path], rank: int, b: ProfileBuilder, cache: dict[Path, Any]
@@ -156,6 +180,11 @@ def _import_group(paths: list[Path], rank: int, b: ProfileBuilder, cache: dict[P
             agents.append(df)
         elif k == "stats":
             continue
+        elif k == "counters":
+            warnings.append(f"{p.name}: a counter-collection CSV (--pmc, one row per dispatch x counter); its "
+                            "counters are not imported and its rows are not kernels")
+        elif k == "no-timeline":
+            warnings.append(f"{p.name}: PC samples or memory allocations, not kernels; not imported")
         else:
             warnings.append(f"{p.name}: not a rocprofv3 trace CSV this importer reads; skipped")
     import pandas as pd

@@ -249,7 +249,8 @@ def load(files: list[Path], rank: int | None = None) -> Profile:
         md = proc.get("metadata") or {}
         node = md.get("node") if isinstance(md.get("node"), dict) else {}
         b.meta["ranks"] = [{"rank": r, "host": node.get("hostname"), "pid": md.get("pid"), "file": str(f),
-                            "devices": devices}]
+                            "devices": devices,
+                            "command": md.get("command") if isinstance(md.get("command"), str) else None}]
         b.meta["command"] = md.get("command")
         if w:
             b.meta["warnings"] = w

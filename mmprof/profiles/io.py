@@ -13,9 +13,16 @@ import orjson
 
 from mmprof._version import __version__
 from mmprof.errors import BadInput, SchemaError
-from mmprof.fileio import atomic_write, read_bytes
+from mmprof.fileio import atomic_write, check_events, max_events, read_bytes
 from mmprof.profiles.model import _NP_DTYPE, Profile, _empty_column
-from mmprof.profiles.schema import FORMAT_NAME, MIGRATIONS, SCHEMA_VERSION, TABLES, column_kind
+from mmprof.profiles.schema import (
+    FORMAT_NAME,
+    MAX_RANK,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    TABLES,
+    column_kind,
+)
 
 
 def to_dict(profile: Profile) -> dict[str, Any]:
@@ -64,10 +71,19 @@ def decode_column(raw: Any, kind: str, n: int, where: str) -> np.ndarray:
     """Read a column written as base64 bytes or a constant (what mmprof writes) or as a plain JSON list."""
     if isinstance(raw, dict):
         if "const" in raw:
-            return np.full(n, raw["const"], dtype=_NP_DTYPE[kind])
+            v = raw["const"]
+            if kind == "float":
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                    raise SchemaError(f"{where}: const must be a number or null, not {type(v).__name__}")
+                return np.full(n, np.nan if v is None else float(v), dtype=np.float64)
+            if type(v) is not int or not -(2**63) <= v < 2**63:
+                raise SchemaError(f"{where}: const must be a 64-bit integer, not {str(v)[:40]!r}")
+            return np.full(n, v, dtype=_NP_DTYPE[kind])
         wire = raw.get("dtype")
-        if wire not in _ALLOWED[kind] or not isinstance(raw.get("b64"), str):
-            raise SchemaError(f"{where}: expected one of {sorted(_ALLOWED[kind])} with base64 data, got {wire!r}")
+        if wire not in _ALLOWED[kind]:
+            raise SchemaError(f"{where}: dtype must be one of {sorted(_ALLOWED[kind])}, not {str(wire)[:20]!r}")
+        if not isinstance(raw.get("b64"), str):
+            raise SchemaError(f"{where}: b64 must be base64 text")
         try:
             buf = base64.b64decode(raw["b64"], validate=True)
             # astype copies into a fresh, writable array of the in-memory dtype
@@ -79,14 +95,38 @@ def decode_column(raw: Any, kind: str, n: int, where: str) -> np.ndarray:
     try:
         if kind == "float":
             return np.array([np.nan if v is None else v for v in raw], dtype=np.float64)
-        return np.asarray(raw, dtype=_NP_DTYPE[kind]).reshape(-1)
-    except (TypeError, ValueError) as e:
-        raise SchemaError(f"{where}: malformed column ({e})") from e
+        if not all(type(v) is int for v in raw):
+            raise SchemaError(f"{where}: a column of integers holds other values")
+        return np.asarray(raw, dtype=np.int64).reshape(-1).astype(_NP_DTYPE[kind])
+    except (TypeError, ValueError, OverflowError) as e:
+        raise SchemaError(f"{where}: malformed column ({str(e)[:120]})") from e
 
 
 def dumps(profile: Profile) -> bytes:
     # orjson writes NaN floats as null; from_dict reads null back as NaN.
-    return orjson.dumps(to_dict(profile), option=orjson.OPT_SERIALIZE_NUMPY)
+    doc = to_dict(profile)
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError:  # metadata copied from a file may hold what JSON cannot (integers beyond 64 bits)
+        doc["meta"] = _json_safe(doc["meta"])
+        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _json_safe(v: Any, depth: int = 0) -> Any:
+    """Metadata as orjson can write it: integers beyond 64 bits become their text, other odd values their repr."""
+    if depth > 64:
+        return None
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x, depth + 1) for x in v]
+    if isinstance(v, bool) or v is None or isinstance(v, (str, float)):
+        return v
+    if isinstance(v, int):
+        return v if -(2**63) <= v < 2**64 else str(v)
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    return repr(v)
 
 
 def save_profile(profile: Profile, path: str | os.PathLike) -> Path:
@@ -113,12 +153,25 @@ def from_dict(doc: Any, where: str = "profile") -> Profile:
     strings = doc.get("strings")
     if not isinstance(strings, list):
         raise SchemaError(f"{where}: missing string table")
+    if not all(type(x) is str for x in strings):
+        raise SchemaError(f"{where}: the string table holds values that are not strings")
     tables: dict[str, dict[str, np.ndarray]] = {}
     raw_tables = doc.get("tables") or {}
+    if not isinstance(raw_tables, dict):
+        raise SchemaError(f"{where}: \"tables\" must be an object of tables")
+    cap = max_events()
     for t, cols in TABLES.items():
         raw = (raw_tables.get(t) or {})
+        if not isinstance(raw, dict):
+            raise SchemaError(f"{where}: table {t!r} must be an object with n and columns")
         n = raw.get("n", 0)
+        if type(n) is not int or n < 0:
+            raise SchemaError(f"{where}: table {t!r}: n must be a row count (an integer >= 0), not {str(n)[:40]!r}")
+        if cap is not None and n > cap:
+            check_events(n, f"{where}: table {t!r}", "rows")
         rc = raw.get("columns") or {}
+        if not isinstance(rc, dict):
+            raise SchemaError(f"{where}: table {t!r}: columns must be an object")
         out = {}
         for c, ctype, _ in cols:
             kind = column_kind(ctype)
@@ -131,7 +184,59 @@ def from_dict(doc: Any, where: str = "profile") -> Profile:
             out[c] = arr
         tables[t] = out
     meta = doc.get("meta") or {}
+    check_meta(meta, where)
     return Profile(meta, strings, tables)
+
+
+_META_OBJECTS = ("source", "parallel", "clock", "model", "run", "capture", "distributed")
+
+
+def check_meta(meta: Any, where: str) -> None:
+    """The run metadata's known keys have the shapes of schema.META_SCHEMA (analyses rely on them); unknown
+    keys are free. A tampered file is a SchemaError naming the key, never a crash later."""
+    def bad(key: str, want: str) -> SchemaError:
+        return SchemaError(f"{where}: meta {key} must be {want}")
+
+    if not isinstance(meta, dict):
+        raise bad("", "an object")
+    for k in _META_OBJECTS:
+        if meta.get(k) is not None and not isinstance(meta[k], dict):
+            raise bad(k, "an object")
+    src = meta.get("source") or {}
+    if not isinstance(src.get("format", ""), (str, type(None))) or not _strs(src.get("files", [])):
+        raise bad("source", "{format: string, files: [string]}")
+    for k, v in (meta.get("parallel") or {}).items():
+        if v is not None and (type(v) is not int or not 0 < v <= MAX_RANK + 1):
+            raise bad(f"parallel.{k}", f"an integer in 1..{MAX_RANK + 1}")
+    if not _strs(meta.get("warnings", [])) or not _strs(meta.get("notes", [])):
+        raise bad("warnings", "a list of strings")
+    if meta.get("command") is not None and not isinstance(meta["command"], str) and not _strs(meta["command"]):
+        raise bad("command", "a string or a list of strings")
+    ranks = meta.get("ranks", [])
+    if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
+        raise bad("ranks", "a list of objects")
+    for r in ranks:
+        if type(r.get("rank")) is not int or not 0 <= r["rank"] <= MAX_RANK:
+            raise bad("ranks[].rank", f"an integer in 0..{MAX_RANK}")
+        for k in ("host", "file"):
+            if r.get(k) is not None and not isinstance(r[k], str):
+                raise bad(f"ranks[].{k}", "a string or null")
+        devs = r.get("devices", [])
+        if not isinstance(devs, list) or not all(isinstance(d, dict) for d in devs):
+            raise bad("ranks[].devices", "a list of objects")
+        for d in devs:
+            for k in ("name", "vendor", "arch", "peak_key"):
+                if d.get(k) is not None and not isinstance(d[k], str):
+                    raise bad(f"ranks[].devices[].{k}", "a string or null")
+            for k in ("index", "memory_bytes", "sms"):
+                if d.get(k) is not None and type(d[k]) is not int:
+                    raise bad(f"ranks[].devices[].{k}", "an integer or null")
+            if d.get("peaks") is not None and not isinstance(d["peaks"], dict):
+                raise bad("ranks[].devices[].peaks", "an object")  # its values are read defensively (hardware)
+
+
+def _strs(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
 def load_profile(path: str | os.PathLike) -> Profile:

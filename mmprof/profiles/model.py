@@ -13,7 +13,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from mmprof.errors import SchemaError
-from mmprof.profiles.schema import TABLES, column_kind, ref_target
+from mmprof.profiles.schema import MAX_RANK, MAX_TIME_NS, TABLES, column_kind, ref_target
 
 _NP_DTYPE = {"int": np.int64, "float": np.float64, "str": np.int32}
 
@@ -73,6 +73,33 @@ class Profile:
                     n = len(arr)
                 elif len(arr) != n:
                     raise SchemaError(f"table {name!r}: column {col!r} has {len(arr)} rows, expected {n}")
+        for name, cols in TABLES.items():
+            for col, ctype, _ in cols:
+                self._check_range(name, col, ctype)
+
+    def _check_range(self, table: str, col: str, ctype: str) -> None:
+        """Values every analysis relies on: string ids and row references that exist, ranks that are ranks,
+        times within MAX_TIME_NS and no negative durations (a tampered file is refused, never half-read)."""
+        arr = self.tables[table][col]
+        if not len(arr) or column_kind(ctype) == "float":
+            return
+        lo, hi = int(arr.min()), int(arr.max())
+        if ctype == "str":
+            ok, what = lo >= -1 and hi < len(self.strings), f"string ids within the {len(self.strings)} strings"
+        elif (target := ref_target(ctype)) is not None:
+            m = len(next(iter(self.tables[target].values()))) if self.tables.get(target) else 0
+            ok, what = lo >= -1 and hi < m, f"row numbers of table {target!r} ({m} rows) or -1"
+        elif col == "rank":
+            ok, what = -1 <= lo and hi <= MAX_RANK, f"ranks in 0..{MAX_RANK} (-1 unknown)"
+        elif col == "start_ns":
+            ok, what = -MAX_TIME_NS <= lo and hi <= MAX_TIME_NS, f"times within +-{MAX_TIME_NS:.0e} ns"
+        elif col == "dur_ns":  # device events need a duration; elsewhere -1 means unknown
+            least = 0 if table in ("kernels", "memcpy") else -1
+            ok, what = least <= lo and hi <= MAX_TIME_NS, f"durations in {least}..{MAX_TIME_NS:.0e} ns"
+        else:
+            return
+        if not ok:
+            raise SchemaError(f"table {table!r} column {col!r} holds {lo}..{hi}; expected {what}")
 
     # -- access -------------------------------------------------------------------------------
     def n(self, table: str) -> int:

@@ -16,6 +16,10 @@ from typing import Any
 
 SCHEMA_VERSION = 2
 FORMAT_NAME = "mmprof-profile"
+# Every start_ns lies in [-MAX_TIME_NS, MAX_TIME_NS] and every dur_ns in [0, MAX_TIME_NS] (4e18 ns: year 2096 on the
+# Unix epoch), so that start + dur and every sort key fit int64; ranks lie in [0, MAX_RANK].
+MAX_TIME_NS = 4 * 10**18
+MAX_RANK = 2**31 - 1
 
 # table -> [(column, type, description)]
 TABLES: dict[str, list[tuple[str, str, str]]] = {

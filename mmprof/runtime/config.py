@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mmprof.errors import BadInput
+from mmprof.fileio import read_bytes
 from mmprof.modelspec import ModelSpec
 
 
@@ -59,6 +61,20 @@ class ModelArgs:
 
     def validate(self) -> None:
         """Refuse inconsistent configs with one clear line (BadInput)."""
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type in ("int", int):
+                lo = 0 if f.name in _MAY_BE_ZERO else 1
+                if type(v) is not int or not lo <= v <= _MAX_DIM:
+                    raise BadInput(f"config {self.name}: {f.name} must be an integer in {lo}..{_MAX_DIM}, not "
+                                   f"{str(v)[:40]!r}")
+            elif f.type in ("float", float):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                    raise BadInput(f"config {self.name}: {f.name} must be a positive number, not {str(v)[:40]!r}")
+        if self.n_layers > _MAX_LAYERS:
+            raise BadInput(f"config {self.name}: n_layers {self.n_layers} is more than {_MAX_LAYERS}")
+        if not isinstance(self.mlp_types, list) or not isinstance(self.attn_types, list):
+            raise BadInput(f"config {self.name}: mlp_types and attn_types must be lists")
         if len(self.mlp_types) != self.n_layers or len(self.attn_types) != self.n_layers:
             raise BadInput(
                 f"config {self.name}: mlp_types ({len(self.mlp_types)}) and attn_types ({len(self.attn_types)}) "
@@ -84,6 +100,11 @@ class ModelArgs:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_MAX_DIM = 2**24        # no model dimension (hidden size, vocabulary, experts, ...) is larger
+_MAX_LAYERS = 4096
+_MAY_BE_ZERO = {"n_shared_experts", "index_local_blocks", "rotary_dim", "slice_rank"}
 
 
 def _layers(n_dense: int, n_total: int) -> tuple[list[str], list[str]]:
@@ -207,10 +228,15 @@ def load_config(path_or_preset: str | Path, **overrides: Any) -> ModelArgs:
     if not p.exists():
         raise BadInput(f"{s}: neither a preset ({', '.join(PRESETS)}) nor an existing config.json")
     try:
-        cfg = json.loads(p.read_text())
+        cfg = json.loads(read_bytes(p))
     except (OSError, ValueError) as e:
-        raise BadInput(f"{p}: cannot read config JSON ({e})") from None
-    args = from_hf_config(cfg, name=(p.parent.name if p.name == "config.json" else p.stem) or "hf")
+        raise BadInput(f"{p}: cannot read config JSON ({str(e)[:160]})") from None
+    except RecursionError:
+        raise BadInput(f"{p}: cannot read config JSON (nested too deep)") from None
+    try:
+        args = from_hf_config(cfg, name=(p.parent.name if p.name == "config.json" else p.stem) or "hf")
+    except BadInput as e:
+        raise BadInput(f"{p}: {e}") from None
     return dataclasses.replace(args, **overrides) if overrides else args
 
 

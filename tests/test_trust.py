@@ -1,0 +1,390 @@
+"""Trust (issue 13): importers refuse what they cannot read, one error path, limits, outputs never destroy inputs.
+
+The fuzz suite (tests/test_fuzz_cli.py) runs every command over a mutated corpus; these tests pin the individual
+behaviours with real files where there are some.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from mmprof.analysis.diff import diff_profiles
+from mmprof.cli import main
+from mmprof.errors import BadInput, SchemaError, UnsupportedFormat
+from mmprof.fileio import atomic_write, read_bytes, track_inputs
+from mmprof.importers import detect, import_paths
+from mmprof.profiles.io import load_profile, save_profile
+from tests.conftest import ROOT, data_file
+from tests.fuzz_corpus import counter_collection_csv, kineto_seed
+
+SAMPLES = data_file("samples")
+
+
+def _cli(args, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([str(a) for a in args])
+    cap = capsys.readouterr()
+    return e.value.code, cap.out, cap.err
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mmprof: error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+# -- importers refuse what they cannot read -------------------------------------------------------------------
+def test_counter_collection_csv_is_refused_never_read_as_kernels(tmp_path, capsys):
+    """34 dispatches x 10 counters used to become 340 "kernels" and 10x their time."""
+    f = tmp_path / "1234_counter_collection.csv"
+    f.write_text(counter_collection_csv(dispatches=34, counters=10))
+    with pytest.raises(UnsupportedFormat, match="counter-collection CSV"):
+        detect(f)
+    code, _, err = _cli(["summary", f], capsys)
+    assert code == 2 and "counter-collection CSV (--pmc" in _one_error_line(err)
+
+
+def test_counter_csv_beside_a_kernel_trace_is_skipped_with_a_warning(tmp_path):
+    kt = shutil.copy(SAMPLES / "rocprofv3" / "csv" / "kernel_trace.csv", tmp_path / "7_kernel_trace.csv")
+    (tmp_path / "7_counter_collection.csv").write_text(counter_collection_csv(dispatches=3, counters=4,
+                                                                              start=2414192765353337))
+    alone = import_paths([SAMPLES / "rocprofv3" / "csv" / "kernel_trace.csv"])
+    p = import_paths([kt])
+    assert p.n("kernels") == alone.n("kernels")
+    assert any("counter-collection CSV" in w for w in p.meta["warnings"])
+    p = import_paths([tmp_path])  # a directory: the counter CSV is a side file
+    assert p.n("kernels") == alone.n("kernels")
+
+
+@pytest.mark.parametrize("header, what", [
+    ('"Sample_Timestamp","Exec_Mask","Dispatch_Id","Instruction","Instruction_Comment","Correlation_Id"\n'
+     '3464444413017201,65535,1,"s_endpgm","",1\n', "PC-sampling"),
+    ('"Kind","Operation","Agent_Id","Allocation_Size","Address","Correlation_Id","Start_Timestamp","End_Timestamp"\n'
+     '"MEMORY_ALLOCATION","MEMORY_ALLOCATION_ALLOCATE","Agent 0",1024,"0x7f",1,816098791282238,816098791339655\n',
+     "memory allocation"),
+])
+def test_other_non_trace_csv_kinds_are_named(tmp_path, header, what):
+    f = tmp_path / "x.csv"
+    f.write_text(header)
+    with pytest.raises(UnsupportedFormat, match=what):
+        detect(f)
+
+
+def test_files_of_different_runs_are_refused_unless_one_run(capsys, tmp_path):
+    kin = SAMPLES / "kineto"
+    cases = [([kin / "nccl_data.json.gz", kin / "sampled_rank-1.json.gz"], "disagree on the world size"),
+             ([kin / "sampled_rank-0.json.gz", SAMPLES / "rocprofv3" / "csv" / "kernel_trace.csv"], "different tools"),
+             ([SAMPLES / "rocprofv3" / "rocpd" / "14_results.db", SAMPLES / "rocprofv3" / "rocpd" / "28_results.db"],
+              "different programs")]
+    for files, why in cases:
+        code, _, err = _cli(["import", *files, "-o", tmp_path / "o.json"], capsys)
+        line = _one_error_line(err)
+        assert code == 2 and "different runs" in line and why in line and "--one-run" in line
+    # ranks of one run (sampled_rank-0 and -1 of one 128-rank job) import together
+    assert import_paths([kin / "sampled_rank-0.json.gz", kin / "sampled_rank-1.json.gz"]).ranks == [0, 1]
+    # and the user can say two files are one run
+    code, out, err = _cli(["import", *cases[2][0], "--one-run", "-o", tmp_path / "o.json"], capsys)
+    assert code == 0 and load_profile(tmp_path / "o.json").ranks == [0, 1]
+
+
+def test_kineto_files_far_apart_in_time_are_different_runs(tmp_path):
+    a, b = kineto_seed(), kineto_seed()
+    a["distributedInfo"] = {"rank": 0, "world_size": 2}
+    b["distributedInfo"] = {"rank": 1, "world_size": 2}
+    for e in b["traceEvents"]:
+        e["ts"] += 3 * 86400 * 1e6  # three days later
+    b.pop("baseTimeNanoseconds")
+    for name, doc in (("a.json", a), ("b.json", b)):
+        (tmp_path / name).write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match="timestamps lie 3 days apart"):
+        import_paths([tmp_path / "a.json", tmp_path / "b.json"])
+    assert import_paths([tmp_path / "a.json", tmp_path / "b.json"], one_run=True).ranks == [0, 1]
+
+
+def test_diff_warns_first_when_the_sides_differ_in_device_vendor_or_tool():
+    amd = import_paths([SAMPLES / "rocprofv3" / "rocpd" / "14_results.db"])
+    nv = import_paths([SAMPLES / "kineto" / "nccl_data.json.gz"])
+    res = diff_profiles(amd, nv)
+    first = res.warnings[0]
+    assert first.startswith("the two sides differ in vendor amd vs nvidia")
+    assert "device AMD Instinct MI300X vs NVIDIA A100-PG509-200" in first and "tool" in first
+    same = diff_profiles(nv, import_paths([SAMPLES / "kineto" / "nccl_data.json.gz"]))
+    assert not any("two sides differ" in w for w in same.warnings)
+
+
+# -- one error path --------------------------------------------------------------------------------------------
+def test_a_bug_is_exit_2_with_one_internal_error_line(monkeypatch, capsys):
+    import mmprof.cli.summary as summary_cmd
+
+    def boom(*a, **k):
+        raise KeyError("\x1b[31mname\nsecond line")
+
+    monkeypatch.setattr(summary_cmd, "load_any", boom)
+    code, _, err = _cli(["summary", SAMPLES / "kineto" / "triton_example.json.gz"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1
+    assert lines[0].startswith("mmprof: internal error: KeyError: ") and "please report it; --debug" in lines[0]
+    assert "\x1b" not in err and "\\x1b[31m" in lines[0] and "\\n" in lines[0]
+    with pytest.raises(KeyError):  # --debug: the traceback
+        main(["--debug", "summary", str(SAMPLES / "kineto" / "triton_example.json.gz")])
+
+
+@pytest.mark.parametrize("doc, needle", [
+    ({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1e300, "dur": 1, "pid": 0, "tid": 0},
+                      {"ph": "X", "cat": "kernel", "name": "k", "ts": 5, "dur": 1e300, "pid": 0, "tid": 0}]}, None),
+    ({"distributedInfo": {"rank": 2**63}, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1,
+                                                           "dur": 1, "pid": 0, "tid": 0}]}, "is not a rank"),
+])
+def test_out_of_range_numbers_are_dropped_or_refused(tmp_path, doc, needle):
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(doc))
+    if needle:
+        with pytest.raises(BadInput, match=needle):
+            import_paths([f])
+    else:
+        p = import_paths([f])
+        assert p.n("kernels") == 0 and any("2 kernel events with a timestamp or duration out of range" in w
+                                           for w in p.meta["warnings"])
+
+
+def test_one_wild_timestamp_is_dropped_not_a_1000_ms_wall(tmp_path):
+    doc = kineto_seed()
+    good = import_paths([_write(tmp_path / "good.json", doc)])
+    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "wild", "pid": 0, "tid": 8, "ts": 1e300,
+                               "dur": 5.0, "args": {"device": 0, "stream": 8}})
+    p = import_paths([_write(tmp_path / "wild.json", doc)])
+    assert p.n("kernels") == good.n("kernels")
+    assert any("out of range" in w for w in p.meta["warnings"])
+    k = p.tables["kernels"]
+    assert int((k["start_ns"] + k["dur_ns"]).max() - k["start_ns"].min()) < 10**7  # a few ms, as the seed
+
+
+def test_rank_option_and_rank_names_beyond_int64(tmp_path, capsys):
+    f = SAMPLES / "kineto" / "triton_example.json.gz"
+    code, _, err = _cli(["import", f, "--rank", str(2**70), "-o", tmp_path / "o.json"], capsys)
+    assert code == 2 and "is not a rank" in _one_error_line(err)
+    g = shutil.copy(f, tmp_path / f"trace_rank-{'9' * 30}.json.gz")
+    assert import_paths([g]).ranks == [0]  # not a rank number: the name says nothing
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda d: d["tables"]["kernels"].update(n=-1), "n must be a row count"),
+    (lambda d: d["tables"]["kernels"].update(n=2**40), "rows exceed the limit"),
+    (lambda d: d["tables"]["kernels"]["columns"].update(name={"const": 10**6}), "string ids"),
+    (lambda d: d["tables"]["kernels"]["columns"].update(rank={"const": "x"}), "const must be a 64-bit integer"),
+    (lambda d: d["tables"]["kernels"]["columns"].update(dur_ns={"const": -5}), "durations"),
+    (lambda d: d["tables"]["kernels"]["columns"].update(launch={"const": 10**6}), "row numbers of table"),
+    (lambda d: d.update(meta=[1]), "meta  must be an object"),
+    (lambda d: d["meta"].update(ranks={"rank": 0}), "meta ranks must be a list"),
+    (lambda d: d["meta"].update(parallel={"world_size": 2**41}), "parallel.world_size"),
+    (lambda d: d["meta"]["ranks"][0].update(devices=[{"name": 7}]), "devices[].name"),
+    (lambda d: d.update(strings=[1, 2]), "not strings"),
+])
+def test_tampered_profiles_are_refused(tmp_path, mutate, needle):
+    p = import_paths([SAMPLES / "kineto" / "triton_example.json.gz"])
+    path = save_profile(p, tmp_path / "p.json")
+    doc = json.loads(path.read_text())
+    mutate(doc)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match=needle.replace("[", r"\[").replace("]", r"\]")) as e:
+        load_profile(path)
+    assert isinstance(e.value, SchemaError) or "exceed the limit" in str(e.value)
+
+
+@pytest.mark.parametrize("key, value, needle", [  # the message names the key (or the field it fills)
+    ("num_key_value_heads", 0, "num_key_value_heads|n_kv_heads"),
+    ("num_attention_heads", "64", "num_attention_heads"),
+    ("hidden_size", 6144.5, "hidden_size"),
+    ("hidden_size", None, "hidden_size"),
+    ("num_experts_per_tok", None, "num_experts_per_tok"),
+    ("hidden_size", 0, "hidden_size"),
+])
+def test_hf_config_values_are_refused_never_replaced_by_m3_defaults(tmp_path, key, value, needle):
+    from mmprof.runtime.config import load_config
+
+    cfg = json.loads(data_file("m3_config", "config.json").read_text())
+    cfg["text_config"][key] = value
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    with pytest.raises(BadInput, match=needle):
+        load_config(f)
+    cfg["text_config"][key] = 6144.0 if key == "hidden_size" else cfg["text_config"].get(key)
+
+
+def test_integral_float_sizes_are_read_as_integers(tmp_path):
+    from mmprof.runtime.config import load_config
+
+    cfg = json.loads(data_file("m3_config", "config.json").read_text())
+    cfg["text_config"]["hidden_size"] = 6144.0
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    assert load_config(f).hidden_size == 6144
+
+
+def test_utf8_bom_before_a_valid_trace_is_recognised(tmp_path):
+    raw = gzip.decompress((SAMPLES / "kineto" / "triton_example.json.gz").read_bytes())
+    f = tmp_path / "bom.json"
+    f.write_bytes(b"\xef\xbb\xbf" + raw)
+    assert detect(f) == "kineto"
+    assert import_paths([f]).n("kernels") == import_paths([SAMPLES / "kineto" / "triton_example.json.gz"]).n("kernels")
+    c = tmp_path / "bom.csv"
+    c.write_bytes(b"\xef\xbb\xbf" + (SAMPLES / "rocprofv3" / "csv" / "kernel_trace.csv").read_bytes())
+    assert import_paths([c]).n("kernels") == import_paths([SAMPLES / "rocprofv3" / "csv" / "kernel_trace.csv"]).n(
+        "kernels") > 0
+
+
+def test_deep_json_is_one_line(tmp_path, capsys):
+    f = tmp_path / "deep.json"
+    f.write_bytes(b'{"traceEvents": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    for cmd in (["summary", f], ["shapes", "--model", f]):
+        code, _, err = _cli(cmd, capsys)
+        assert code == 2
+        _one_error_line(err)
+
+
+# -- limits -----------------------------------------------------------------------------------------------------
+def test_gzip_bomb_is_refused_with_the_override_named(tmp_path, monkeypatch):
+    bomb = tmp_path / "bomb.json.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as g:
+        g.write(b'{"traceEvents": [' + b" " * (300 * 2**20) + b"]}")
+    assert bomb.stat().st_size < 2**20
+    with pytest.raises(BadInput, match="expands more than 200x.*MMPROF_MAX_INPUT_BYTES"):
+        read_bytes(bomb)
+    monkeypatch.setenv("MMPROF_MAX_INPUT_BYTES", "1M")
+    with pytest.raises(BadInput, match="decompresses to more than 1,048,576 bytes.*--max-input-bytes"):
+        read_bytes(bomb)
+
+
+def test_event_cap_and_its_override(tmp_path, monkeypatch, capsys):
+    f = SAMPLES / "kineto" / "triton_example.json.gz"
+    code, _, err = _cli(["--max-events", "5", "summary", f], capsys)
+    assert code == 2 and "exceed the limit of 5" in _one_error_line(err) and "MMPROF_MAX_EVENTS" in err
+    code, _, _ = _cli(["--max-events", "0", "summary", f], capsys)
+    assert code == 0
+    assert "MMPROF_MAX_EVENTS" not in os.environ  # the option is scoped to its command
+
+
+def test_world_size_from_a_tiny_file_allocates_nothing(tmp_path):
+    doc = kineto_seed()
+    doc["distributedInfo"]["world_size"] = 2**31  # the largest world size: counted, never enumerated
+    p = import_paths([_write(tmp_path / "t.json", doc)])
+    assert any(f"{2**31 - 1} of {2**31} ranks have no trace" in w and f"missing: 1-{2**31 - 1})" in w
+               for w in p.meta["warnings"])
+    doc["distributedInfo"]["world_size"] = 2**41
+    p = import_paths([_write(tmp_path / "u.json", doc)])
+    assert any("is not a world size; ignored" in w for w in p.meta["warnings"])
+
+
+# -- outputs never destroy inputs ---------------------------------------------------------------------------------
+@pytest.fixture()
+def profile_file(tmp_path):
+    return save_profile(import_paths([SAMPLES / "kineto" / "triton_example.json.gz"]), tmp_path / "p.json")
+
+
+def _digest(p) -> str:
+    return hashlib.sha256(open(p, "rb").read()).hexdigest()
+
+
+def test_an_output_that_is_an_input_is_refused(tmp_path, profile_file, capsys):
+    p = profile_file
+    trace = shutil.copy(SAMPLES / "kineto" / "triton_example.json.gz", tmp_path / "t.json.gz")
+    spec = shutil.copy(ROOT / "mmprof" / "rules" / "builtin_fastpath.toml", tmp_path / "s.toml")
+    hard = tmp_path / "hardlink.json"
+    os.link(p, hard)
+    link = tmp_path / "symlink.json"
+    link.symlink_to(p)
+    cases = [["report", p, "--html", p], ["report", p, "--markdown", p], ["diff", p, trace, "--html", p],
+             ["diff", trace, p, "--markdown", trace], ["verify-fastpath", p, "--junit", p],
+             ["verify-fastpath", p, "--spec", spec, "--junit", spec], ["import", trace, "-o", trace],
+             ["report", p, "--html", hard], ["report", p, "--html", link]]
+    before = {f: _digest(f) for f in (p, trace, spec)}
+    for args in cases:
+        code, _, err = _cli(args, capsys)
+        assert code == 2 and "refusing to write over an input of this command" in _one_error_line(err), args
+    assert {f: _digest(f) for f in before} == before
+    assert link.is_symlink()
+
+
+def test_symlink_outputs_write_their_target_and_stay_links(tmp_path, profile_file, capsys):
+    target = tmp_path / "real.html"
+    target.write_text("old")
+    link = tmp_path / "out.html"
+    link.symlink_to(target)
+    code, _, _ = _cli(["report", profile_file, "--html", link], capsys)
+    assert code in (0, 1) and link.is_symlink() and target.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_output_folders_are_created_or_refused_in_one_line(tmp_path, profile_file, capsys):
+    code, _, _ = _cli(["report", profile_file, "--markdown", tmp_path / "a" / "b" / "r.md"], capsys)
+    assert code in (0, 1) and (tmp_path / "a" / "b" / "r.md").exists()
+    (tmp_path / "file").write_text("x")
+    for out, needle in ((tmp_path / "file" / "r.md", "cannot create its folder"), (tmp_path, "is a directory")):
+        code, _, err = _cli(["report", profile_file, "--markdown", out], capsys)
+        assert code == 2 and needle in _one_error_line(err)
+
+
+def test_special_files_are_written_into_not_replaced(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+
+    import threading
+
+    t = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    t.start()
+    with track_inputs():
+        atomic_write(fifo, b"hello")
+    t.join(5)
+    assert got == [b"hello"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    atomic_write("/dev/null", b"x")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_dash_writes_stdout_in_a_real_process(tmp_path, profile_file):
+    r = subprocess.run([sys.executable, "-m", "mmprof", "report", str(profile_file), "--markdown", "-"],
+                       capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode in (0, 1) and "| " in r.stdout and not (tmp_path / "-").exists()
+
+
+def _write(path, doc):
+    path.write_text(json.dumps(doc))
+    return path
+
+
+# -- numbers against independent counts --------------------------------------------------------------------------
+@pytest.mark.parametrize("path, sql", [
+    ("rocprofv3/rocpd/14_results.db", "SELECT COUNT(*), SUM(\"end\" - start) FROM {t}"),
+    ("rocprofv3/rocpd/28_results.db", "SELECT COUNT(*), SUM(\"end\" - start) FROM {t}"),
+    ("nsys/perlmutter-cloverleaf-cuda.sqlite", "SELECT COUNT(*), SUM(\"end\" - start) FROM CUPTI_ACTIVITY_KIND_KERNEL"),
+    ("nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite", "SELECT COUNT(*), SUM(\"end\" - start) FROM CUPTI_ACTIVITY_KIND_KERNEL"),
+])
+def test_summary_kernel_count_and_time_match_the_raw_sqlite(path, sql, capsys):
+    from tests.conftest import sql_rows
+
+    f = SAMPLES / path
+    t = next(n for (n,) in sql_rows(f, "SELECT name FROM sqlite_master WHERE type='table'")
+             if n.startswith("rocpd_kernel_dispatch_")) if "rocpd" in path else None
+    n, total = sql_rows(f, sql.format(t=t))[0]
+    code, out, _ = _cli(["summary", f, "--json"], capsys)
+    ranks = json.loads(out)["ranks"]
+    assert code == 0 and sum(r["kernels"] for r in ranks) == n and sum(r["kernel_time_ns"] for r in ranks) == total
+
+
+def test_summary_matches_the_raw_csv(capsys):
+    import csv as _csv
+
+    f = SAMPLES / "rocprofv3" / "csv" / "kernel_trace.csv"
+    rows = list(_csv.DictReader(f.open()))
+    code, out, _ = _cli(["summary", f, "--json"], capsys)
+    r = json.loads(out)["ranks"][0]
+    assert code == 0 and r["kernels"] == len(rows)
+    assert r["kernel_time_ns"] == sum(int(x["End_Timestamp"]) - int(x["Start_Timestamp"]) for x in rows)
