@@ -184,9 +184,7 @@ HOSTILE_COMMANDS = {
     "report": pytest.param(["report", "{in}"], marks=_RENDER_XFAIL),
     "diff": pytest.param(["diff", "{good}", "{in}"], marks=_RENDER_XFAIL),
     "verify-fastpath": pytest.param(["verify-fastpath", "{in}"], marks=_RENDER_XFAIL),
-    "summary-json": pytest.param(["summary", "{in}", "--json"], marks=pytest.mark.xfail(strict=True, reason=(
-        "--json output keeps bidi overrides, C1 controls and DEL raw (valid JSON, unsafe on a terminal): "
-        + RENDERING))),
+    "summary-json": pytest.param(["summary", "{in}", "--json"]),
     "classify": pytest.param(["classify", "{in}"]),
     "import": pytest.param(["import", "{in}", "-o", "{out}/p.json"]),
 }

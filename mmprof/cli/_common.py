@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -17,10 +18,17 @@ def console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
 
 
+# characters a terminal acts on that JSON may carry raw (DEL, C1 controls, bidi marks, overrides and isolates; C0
+# controls are always escaped by the encoder): written as \\uXXXX escapes, the same JSON value, inert on a
+# terminal (outside strings JSON has only ASCII punctuation and whitespace, so only string contents change)
+_UNSAFE_JSON = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def echo_json(obj: Any) -> None:
-    """Print one JSON document on stdout (numpy values allowed)."""
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-                                  | orjson.OPT_NON_STR_KEYS, default=_default).decode())
+    """Print one JSON document on stdout (numpy values allowed; terminal control characters escaped)."""
+    text = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+                        | orjson.OPT_NON_STR_KEYS, default=_default).decode()
+    sys.stdout.write(_UNSAFE_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
     sys.stdout.write("\n")
 
 
