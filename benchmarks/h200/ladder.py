@@ -78,25 +78,22 @@ def decode(model, caches, tok, pos: int, n: int):
 
 
 def capture_graph(model, caches, tok, pos: int, start, stop, capture=None):
-    """A GraphRunner for this batch's caches: one eager static step, then the capture (its time in ms).
-    `capture` replaces the CUDA graph capture (a test drives these functions on CPU with a fake one)."""
+    """A GraphRunner for this batch's caches: one eager static step and the capture (their time in ms), as
+    generate() does before decode step 1. `capture` replaces the CUDA graph capture (a CPU test passes a fake)."""
     from mmprof.runtime.graphs import GraphRunner
 
     runner = GraphRunner(model, caches, tok.shape[0], capture=capture)
     model.dispatch.set_step(1, "decode")
-    runner.static.set_inputs(tok, pos)
-    runner.eager(1)
     s = start()
-    runner.capture(2)
+    runner.prepare(tok, pos)
     return runner, stop(s)
 
 
 def decode_graphed(runner, model, tok, pos: int, n: int):
     """n greedy decode steps from `pos` as replays of the captured step (the dispatch log gets each step's rows)."""
     for s in range(n):
-        model.dispatch.set_step(s + 3, "decode")  # after the eager step 1 and the capture at step 2
-        runner.static.set_inputs(tok, pos + s)
-        runner.replay(s + 3)
+        model.dispatch.set_step(s + 1, "decode")
+        runner.decode(s + 1, tok, pos + s)
         tok = runner.static.next[:, None]
     return tok
 

@@ -40,6 +40,7 @@ from mmprof.capture.run_options import Progress, RunOptions, validate
 from mmprof.capture.session import CaptureSession
 from mmprof.errors import BadInput, CaptureUnavailable
 from mmprof.importers import kineto
+from mmprof.importers.graphs import attribute_replays
 from mmprof.profiles.io import save_profile
 from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
 from mmprof.runtime import Workload, build_model, generate, set_scopes_enabled
@@ -352,8 +353,8 @@ def run_meta(opts: RunOptions, outcomes: list[RankOutcome], args) -> dict[str, A
         "dilation": dil,
         "dilation_by_phase": by_phase,
         "generated_tokens": r0.tokens,
-        # with --graphs: decode step 1 eager (static shapes), the capture at step 2, the replayed steps; the
-        # dispatch rows of a replayed step are copies of the captured ones (the table has no column to say so)
+        # with --graphs: the capture before decode step 1 (one eager static step, then the capture) and the
+        # replayed steps; the dispatch rows of a replayed step are copies of the captured ones
         "graphs": r0.graphs,
     }
 
@@ -365,8 +366,8 @@ def assemble(opts: RunOptions, outcomes: list[RankOutcome]):
     outcomes = sorted(outcomes, key=lambda o: o.rank)
     traces = [Path(o.trace) for o in outcomes if o.trace]
     if traces:
-
         imported = kineto.load(traces)
+        attribute_replays(imported)  # --graphs: the replayed decode steps get the ops captured at step 2
     else:
         imported = Profile.empty({"ranks": [{"rank": o.rank, "devices": []} for o in outcomes]})
     meta = dict(imported.meta)
@@ -384,7 +385,7 @@ def assemble(opts: RunOptions, outcomes: list[RankOutcome]):
         run=run_meta(opts, outcomes, args),
         capture={"mode": opts.modes()[0] if opts.modes() else "none", "modes_run": opts.modes(),
                  "tool": "torch.profiler", "record_shapes": {"full": "every op", "light": "prefill step only",
-                                                            "none": None}[opts.modes()[0] if opts.modes() else "none"],
+                                                            "kernels": None, "none": None}[opts.modes()[0] if opts.modes() else "none"],
                  "dilation": None},
     )
     meta["capture"]["dilation"] = meta["run"]["dilation"]

@@ -14,8 +14,8 @@ from pathlib import Path
 from mmprof.errors import BadInput, MmprofError, UnsupportedFormat
 from mmprof.fileio import head_bytes, note_input, sqlite_connect
 from mmprof.importers._runs import different_runs, rank_facts
+from mmprof.importers.graphs import attribute_replays, unmarked_replays
 from mmprof.labels import MAX_RANK
-from mmprof.importers.graphs import attribute_replays
 from mmprof.profiles.model import Profile, merge_profiles
 
 # format name -> module implementing load(files, rank)
@@ -195,7 +195,9 @@ def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: s
         if kind == "mmprof-profile":
             for f in group:
                 prof = _guarded(lambda f=f: module.load_profile(f), [f], kind)
-                if graph_ref is not None:  # a saved profile is attributed again, now with the reference
+                # attributed again with a reference; attributed for the first time when written before graph
+                # replays were marked (schema 1, or a writer that did not mark them)
+                if graph_ref is not None or unmarked_replays(prof):
                     _guarded(lambda p=prof: attribute_replays(p, ref=graph_ref), [f], kind)
                 profiles.append(prof)
                 kinds.append(f"profile {f}")

@@ -91,6 +91,17 @@ def mark_replays(profile: Profile) -> np.ndarray:
     return graph_rows
 
 
+def unmarked_replays(profile: Profile) -> bool:
+    """True when the profile holds graph launches that ran kernels but no kernel is marked as replayed (a
+    profile written before marking existed, or by a writer that skipped it)."""
+    L, K = profile.tables["launches"], profile.tables["kernels"]
+    if not profile.n("kernels") or (K["graph"] >= 0).any():
+        return False
+    la = K["launch"]
+    used = np.unique(la[(la >= 0) & (la < profile.n("launches"))])
+    return bool(_name_mask(profile, L["name"][used], GRAPH_LAUNCH).any())
+
+
 def _string_id(profile: Profile, s: str) -> int:
     try:
         return profile.strings.index(s)

@@ -9,11 +9,11 @@ positions past the query masked (a block that holds no valid key is never select
 of the attention). The grouped experts sort and count on the device; the loop experts sync with the host and are
 refused. Block reuse keeps its selection in a tensor made within the step, so it needs no buffer of its own.
 
-`GraphRunner.decode` is what generate() calls per decode step: the first call runs the static step eagerly (warm-up,
-and a reference that runs the same kernels as the replays), the second captures it (`capture`, by default
-`cuda_graph_capture`: one warm-up on the capture stream, then torch.cuda.graph) and replays it, later calls replay.
-Python does not run during a replay, so the dispatch log gets its rows once, at capture; each replayed step gets
-a copy of them with its own step number. Tests inject a fake capture (a callable that returns the step itself as
+`GraphRunner.prepare` runs the static step once eagerly (warm-up, and the trace's eager reference of the kernels the
+replays run) and captures it (`capture`, by default `cuda_graph_capture`: one warm-up on the capture stream, then
+torch.cuda.graph); generate() calls it between the prefill and decode step 1. `GraphRunner.decode` replays, once
+per decode step. Python does not run during a replay, so the dispatch log gets its rows once, at capture; each
+replayed step gets a copy of them with its own step number. Tests inject a fake capture (a callable that returns the step itself as
 the "replay") to check this bookkeeping on CPU, where no graph exists.
 """
 
@@ -116,10 +116,10 @@ class StaticDecode:
 
 @dataclasses.dataclass
 class GraphStats:
-    """What a runner did: the steps it ran eagerly, the one it captured at, and those it replayed."""
+    """What a runner did: the decode step it captured before (after one eager run of the static step), and the
+    steps it replayed."""
 
-    eager_steps: list[int] = dataclasses.field(default_factory=list)
-    capture_step: int | None = None
+    captured_before_step: int | None = None
     replayed_steps: list[int] = dataclasses.field(default_factory=list)
     captures: int = 0
 
@@ -143,18 +143,17 @@ class GraphRunner:
     def captured(self) -> bool:
         return self.replay_fn is not None
 
-    def eager(self, step: int) -> None:
-        """Run the static step eagerly (its kernels, scopes and dispatch rows as usual)."""
-        self.static.step()
-        self.stats.eager_steps.append(step)
-
-    def capture(self, step: int) -> None:
-        """Capture the static step (under the `mmprof.graph.capture` scope when called by `decode`); the inputs must
-        be set. The capture writes the dispatch rows of `step` once; they are kept for the replays."""
-        if self.static.logits is None:  # the output buffer is made by an eager step, outside the graph's pool
-            with quiet(self.model):
-                self.static.step()
+    def prepare(self, tokens: torch.Tensor, pos: int, step: int = 1) -> None:
+        """Before decode step `step`: run the static step once eagerly (its kernels and layer scopes in the trace,
+        the eager reference of what the graph replays; no dispatch rows), then capture it. The captured dispatch
+        rows are kept for the replays (each replay adds them with its own step) and taken out of the log."""
+        self.static.set_inputs(tokens, pos)
         log = self.model.dispatch
+        prev, log.enabled = log.enabled, False
+        try:
+            self.static.step()  # also makes the output buffers outside the graph's memory pool
+        finally:
+            log.enabled = prev
         n0 = len(log.records)
 
         def warm() -> None:
@@ -163,31 +162,28 @@ class GraphRunner:
 
         self.replay_fn = self.capture_fn(self.static.step, warm)
         self.rows = list(log.records[n0:])
-        self.stats.capture_step, self.stats.captures = step, self.stats.captures + 1
+        del log.records[n0:]
+        self.stats.captured_before_step, self.stats.captures = step, self.stats.captures + 1
 
     def replay(self, step: int, phase: str = "decode") -> None:
-        """Replay the captured step; the dispatch log gets the captured rows again with this step number (except
-        on the step that captured, which wrote them)."""
+        """Replay the captured step; the dispatch log gets the captured rows with this step number."""
         with quiet(self.model):
             self.replay_fn()
-        if step != self.stats.capture_step:
-            self.model.dispatch.extend_as(self.rows, step, phase)
+        self.model.dispatch.extend_as(self.rows, step, phase)
         self.stats.replayed_steps.append(step)
 
     def decode(self, step: int, tokens: torch.Tensor, pos: int, on_capture=None) -> torch.Tensor:
-        """One decode step: tokens [B, 1] at `pos` -> the static logits [B, V] (argmax in `self.static.next`).
-        First call: eager; second: capture, then replay; later: replay. `on_capture(start: bool)` brackets the
-        capture (generate() times it apart from the step)."""
+        """One decode step: tokens [B, 1] at `pos` -> the static logits [B, V] (argmax in `self.static.next`),
+        replayed. Not captured yet: `prepare` first, under the `mmprof.graph.capture` scope, bracketed by
+        `on_capture(start: bool)` (generate() times it apart; it calls `prepare` itself before decode step 1, outside
+        the decode ranges)."""
+        if not self.captured:
+            if on_capture is not None:
+                on_capture(True)
+            with scope(CAPTURE_SCOPE):
+                self.prepare(tokens, pos, step)
+            if on_capture is not None:
+                on_capture(False)
         self.static.set_inputs(tokens, pos)
-        if not self.stats.eager_steps:
-            self.eager(step)
-        else:
-            if not self.captured:
-                if on_capture is not None:
-                    on_capture(True)
-                with scope(CAPTURE_SCOPE):
-                    self.capture(step)
-                if on_capture is not None:
-                    on_capture(False)
-            self.replay(step)
+        self.replay(step)
         return self.static.logits

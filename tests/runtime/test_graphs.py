@@ -80,9 +80,9 @@ def test_static_step_equals_eager_fp32(tiny, sw, wl):
     assert torch.equal(eager.tokens, static.tokens)
     assert _maxdiff(eager, static) < 1e-5  # seen: 4e-7 (attention over the whole capacity sums differently)
     assert _maxdiff(eager, static) > 0 or wl is LONG  # SHORT really runs other kernels (masked capacity)
-    assert static.graphs == {"eager_steps": [1], "capture_step": 2, "captures": 1,
-                             "replayed_steps": list(range(2, wl.decode_steps + 1))}
-    assert fake.captures == 1 and fake.replays == wl.decode_steps - 1
+    assert static.graphs == {"captured_before_step": 1, "captures": 1,
+                             "replayed_steps": list(range(1, wl.decode_steps + 1))}
+    assert fake.captures == 1 and fake.replays == wl.decode_steps
     assert static_rows == eager_rows  # one set of rows per decode step, the same as eager mode
 
 
@@ -139,11 +139,10 @@ def test_runner_captures_once_per_batch_and_cache(tiny):
             tiny.dispatch.set_step(s, "decode")
             r.decode(s, tok, 30 + s)
             tok = r.static.next[:, None].clone()
-    assert fake.captures == 2 and fake.replays == 2 * 4
+    assert fake.captures == 2 and fake.replays == 2 * 5
     for r in runners.values():
-        assert r.stats.to_dict() == {"eager_steps": [1], "capture_step": 2, "replayed_steps": [2, 3, 4, 5],
-                                     "captures": 1}
-        assert r.rows and {x.step for x in r.rows} == {2}
+        assert r.stats.to_dict() == {"captured_before_step": 1, "replayed_steps": [1, 2, 3, 4, 5], "captures": 1}
+        assert r.rows and {x.step for x in r.rows} == {1}
     rows = tiny.dispatch.records
     per_step = {s: [(x.layer, x.op, x.impl) for x in rows if x.step == s] for s in range(1, 6)}
     assert all(per_step[s] == per_step[1] for s in range(2, 6)), per_step  # twice each: batch 1 and batch 3
@@ -152,8 +151,9 @@ def test_runner_captures_once_per_batch_and_cache(tiny):
 
 
 def test_capture_range_once_in_trace(tiny):
-    """Layer scopes are recorded at prefill, the eager step 1 and the capture only; every decode step keeps its
-    mmprof.decode / mmprof.step.N range; mmprof.graph.capture opens once, inside mmprof.step.2."""
+    """Layer scopes are recorded at prefill, the eager static step and the capture only; every decode step keeps its
+    mmprof.decode / mmprof.step.N range; mmprof.graph.capture opens once, between the prefill and decode step 1,
+    in no phase."""
     from torch.profiler import ProfilerActivity, profile
 
     tiny.set_switches(Switches(graphs=True))
@@ -167,12 +167,16 @@ def test_capture_range_once_in_trace(tiny):
     assert count["mmprof.decode"] == 4 and all(count[f"mmprof.step.{s}"] == 1 for s in range(5))
     assert count["layers.0.mlp"] == 3 and count["layers.3.moe.routed"] == 3  # prefill, step 1, capture
     cap = next(e for e in ev if e.name == CAPTURE_SCOPE)
-    step2 = next(e for e in ev if e.name == "mmprof.step.2")
-    assert step2.time_range.start <= cap.time_range.start and cap.time_range.end <= step2.time_range.end
-    step3 = next(e for e in ev if e.name == "mmprof.step.3")
-    inside3 = [e.name for e in ev if e.name.startswith("layers.")
-               and step3.time_range.start <= e.time_range.start <= step3.time_range.end]
-    assert inside3 == []  # a replay opens no layer scope
+    step0 = next(e for e in ev if e.name == "mmprof.step.0")
+    step1 = next(e for e in ev if e.name == "mmprof.step.1")
+    assert step0.time_range.end <= cap.time_range.start and cap.time_range.end <= step1.time_range.start
+    assert not any(e.name in ("mmprof.decode", "mmprof.prefill") and e.time_range.start <= cap.time_range.start
+                   <= e.time_range.end for e in ev)
+    for s in (1, 3):
+        st = next(e for e in ev if e.name == f"mmprof.step.{s}")
+        inside = [e.name for e in ev if e.name.startswith("layers.")
+                  and st.time_range.start <= e.time_range.start <= st.time_range.end]
+        assert inside == []  # a replay opens no layer scope
 
 
 def test_capture_time_is_kept_apart(tiny):
@@ -187,8 +191,8 @@ def test_capture_time_is_kept_apart(tiny):
 
     res = generate(tiny, Workload(batch=1, prompt_len=32, decode_steps=3), graph_capture=SlowGraph())
     assert res.graph_capture_ms >= 300
-    assert res.decode_ms[1] < 300 and len(res.decode_ms) == 3  # step 2 is its replay only
-    assert res.to_dict()["graphs"]["capture_step"] == 2
+    assert res.decode_ms[0] < 300 and len(res.decode_ms) == 3  # step 1 is its replay only
+    assert res.to_dict()["graphs"]["captured_before_step"] == 1
     tiny.set_switches(Switches())
     assert generate(tiny, Workload(batch=1, prompt_len=32, decode_steps=1)).graph_capture_ms is None
 
@@ -252,5 +256,5 @@ def test_tp2_gloo_static_step(tmp_path):
         assert o["refusal"] == GRAPHS_NEED_NCCL
         assert torch.equal(o["tokens"], o["static_tokens"])
         assert max(float((a - b).abs().max()) for a, b in zip(o["logits"], o["static_logits"])) < 1e-5
-        assert o["static_graphs"]["replayed_steps"] == [2, 3, 4]
+        assert o["static_graphs"]["replayed_steps"] == [1, 2, 3, 4]
         assert o["static_dispatch"] == o["dispatch"]
