@@ -61,7 +61,7 @@ def test_failure_evidence_names_layers_and_kernels():
 def test_fp002_reports_adjacent_pairs_from_scopes_without_dispatch():
     r = verify(runtime_profile(device="nvidia", block_reuse=1, dispatch=False))
     fp2 = next(x for x in r.results if x.code == "FP002")
-    assert fp2.status == "fail" and fp2.data["judged_from"] == "scopes"
+    assert fp2.status == "fail" and fp2.data["judged_from"] == "scope labels"
     assert "(3, 4)" in fp2.evidence[0]
     ok = verify(runtime_profile(device="nvidia", block_reuse=2, dispatch=False))
     assert next(x for x in ok.results if x.code == "FP002").status == "pass"

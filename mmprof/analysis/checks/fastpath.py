@@ -114,6 +114,10 @@ def _adjacent_pairs(computed: set[int], sparse: list[int] | None) -> list[tuple[
     return pairs
 
 
+# where an event's region label came from (mmprof.analysis.structure), for messages
+_LABEL_SOURCE = {"annotation": "scope labels", "module": "module events", "shape": "op shapes (--model)"}
+
+
 @check("FP002")
 def fp002(ctx: Context) -> Verdict:
     """Block selection recomputed on adjacent sparse layers."""
@@ -128,8 +132,10 @@ def fp002(ctx: Context) -> Verdict:
         for (rank, step), g in rows.groupby(["rank", "step"]):
             per_step[(int(rank), int(step))] = {int(x) for x in g.loc[g["impl"] == "computed", "layer"]}
     elif len(ev) and ev["role"].notna().any() and (ev["role"] == "attn.indexer").any():
-        judged = "scopes"
         idx = ev[ev["role"] == "attn.indexer"]
+        srcs = sorted({_LABEL_SOURCE.get(x, str(x)) for x in idx["label_source"].dropna().unique()}) \
+            if "label_source" in idx else []
+        judged = " and ".join(srcs) or "region labels"
         for (rank, step), g in idx.groupby(["rank", "step"]):
             per_step[(int(rank), int(step))] = {int(x) for x in g["layer"]}
         # steps in which no indexer ran at all still count as steps (everything reused)

@@ -36,11 +36,11 @@ def render_verify(result, con, verbose: bool = False, junit_path: str | None = N
             Col("detail", keep=10, fold=True, min=24)]
     rows = []
     for r in result.results:
-        lines = [visible(r.message)]
+        lines = [visible(part) for part in str(r.message).split("\n")]  # our own line breaks stay breaks
         if r.evidence and (r.status != "pass" or verbose):
             lines += [f"  - {visible(e)}" for e in r.evidence]
         label, style = _STYLE[r.status]
-        rows.append([r.code, r.id, Text(label, style=style), "\n".join(lines)])
+        rows.append([r.code, r.id, Text(label, style=style), Text("\n".join(lines))])  # parts already made visible
     con.print(fit_table(con, cols, rows, title="assertions"))
     c = result.counts()
     verdict = {0: "[green]PASS[/]", 1: "[red]FAIL[/]", 2: "[yellow]NO EVIDENCE[/] (never a pass)"}[result.exit_code]
