@@ -168,7 +168,8 @@ def by_shape(profile, phase: str | None = None, rank: int | None = None, shape_r
         "op": np.where(has, O["name"][safe] if len(O["name"]) else -1, -2),
         "dims": np.where(has, O["input_dims"][safe] if len(O["name"]) else -1, -1),
         "types": np.where(has, O["input_types"][safe] if len(O["name"]) else -1, -1),
-        "row": np.where(has, op, -(idx + 1)), "kname": ev.name[idx], "variant": np.asarray(ev.variant[idx]).astype(str),
+        # one call = one op row, or one replay of a captured op (every replay of a graph runs it again)
+        "row": np.where(has, op * (profile.n("launches") + 1) + (ev.graph[idx] + 1), -(idx + 1)), "kname": ev.name[idx], "variant": np.asarray(ev.variant[idx]).astype(str),
         "family": np.asarray(ev.family[idx]).astype(str), "dur": dur, "cat": ev.cat[idx],
         "fl": np.nan_to_num(roof.flops[idx]), "by": np.nan_to_num(roof.bytes[idx]),
         "known": np.isfinite(roof.flops[idx]) & np.isfinite(roof.bytes[idx]),

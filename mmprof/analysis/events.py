@@ -181,7 +181,10 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     op = np.concatenate([K["op"], M["op"]]).astype(np.int64)
     rank = np.concatenate([K["rank"], M["rank"]])
     dur = np.concatenate([K["dur_ns"], M["dur_ns"]])
-    roof = event_roofline(profile, op, dur, rank, np.concatenate([eligible, np.zeros(nm, dtype=bool)]))
+    graph = np.concatenate([K["graph"], M["graph"]]).astype(np.int64)
+    # a captured op runs once per replay: (op, replay) is one call of it
+    call = op * (profile.n("launches") + 1) + (graph + 1) if (graph >= 0).any() else None
+    roof = event_roofline(profile, op, dur, rank, np.concatenate([eligible, np.zeros(nm, dtype=bool)]), call)
     family = expand(per_u["family"], inv_all)
     cat = _category(np.asarray(family.astype(object)), roof, np.concatenate([comm_k, np.zeros(nm, dtype=bool)]))
     cat[nk:] = CAT_MEMCPY
@@ -198,7 +201,7 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
         name=np.concatenate([K["name"], M["name"]]), scope=np.concatenate([K["scope"], M["scope"]]),
         phase=np.concatenate([K["phase"], M["phase"]]), step=np.concatenate([K["step"], M["step"]]),
         launch_start=np.concatenate([kls, mls]), launch_end=np.concatenate([kle, mle]), op=op,
-        graph=np.concatenate([K["graph"], M["graph"]]).astype(np.int64),
+        graph=graph,
         family=family, variant=expand(per_u["variant"], inv_all), library=expand(per_u["library"], inv_all),
         path=expand(per_u["path"], inv_all), rule=expand(per_u["rule"], inv_all), cat=cat,
         layer=np.concatenate([reg_k.layer, reg_m.layer]), role=np.concatenate([reg_k.role, reg_m.role]),

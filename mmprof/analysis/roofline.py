@@ -67,10 +67,12 @@ def _unique_triples(profile, op_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.ndarray,
-                   eligible: np.ndarray | None = None) -> Roofline:
+                   eligible: np.ndarray | None = None, call: np.ndarray | None = None) -> Roofline:
     """Roofline of events (kernels or CPU ops) given their op row, duration and rank.
 
-    `eligible` masks events that may get a bound (communication and copies are categorised elsewhere).
+    `eligible` masks events that may get a bound (communication and copies are categorised elsewhere). An op's
+    work is shared among the events of one *call* of it, by duration; a call is the op row unless `call` gives
+    another key per event (graph replays: every replay of a captured op is a call of its own).
     """
     n = len(op_idx)
     flops = np.full(n, np.nan)
@@ -95,11 +97,15 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
                 u_fl[j], u_by[j] = c.flops, c.bytes
                 u_dc[j] = _DTYPES.index(c.dtype_class) if c.dtype_class in _DTYPES else -1
         # share each op's work among its kernels by duration
-        ops_of = op_idx[idx]
-        tot = np.bincount(ops_of, weights=dur_ns[idx].astype(np.float64), minlength=profile.n("ops"))
-        cnt = np.bincount(ops_of, minlength=profile.n("ops"))
-        denom = tot[ops_of]
-        share = np.where(denom > 0, dur_ns[idx] / np.where(denom > 0, denom, 1), 1.0 / cnt[ops_of])
+        if call is None:
+            calls, ncalls = op_idx[idx], profile.n("ops")
+        else:
+            calls, uniq = pd.factorize(call[idx])
+            ncalls = len(uniq)
+        tot = np.bincount(calls, weights=dur_ns[idx].astype(np.float64), minlength=ncalls)
+        cnt = np.bincount(calls, minlength=ncalls)
+        denom = tot[calls]
+        share = np.where(denom > 0, dur_ns[idx] / np.where(denom > 0, denom, 1), 1.0 / cnt[calls])
         flops[idx] = u_fl[inv] * share
         byts[idx] = u_by[inv] * share
         dcls[idx] = u_dc[inv]
