@@ -24,22 +24,31 @@ from mmprof.render.text.progress import progress_bar
 @click.option("--one-run", is_flag=True,
               help="The files are ranks of one run even though their tools, devices, world sizes or clocks differ.")
 @graph_ref_option
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Processes importing rank files side by side [default: the machine's cores when the files hold "
+                   "32 MB or more, else 1]; each holds one file's import at a time.")
 @json_option
 def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str | None, one_run: bool,
-               graph_ref: str | None,
-               as_json: bool) -> None:
+               graph_ref: str | None, jobs: int | None, as_json: bool) -> None:
     """Import TRACE files or directories (one file per rank) into one Profile written to OUT."""
     if fmt is not None and fmt not in IMPORTERS:
         raise BadInput(f"unknown --format {fmt!r}; formats are {', '.join(k for k in IMPORTERS if k != 'mmprof-profile')}")
     with progress_bar(not as_json) as cb:
+        files = [1]  # how many rank files the importer reported (the bar's last step writes the Profile)
+
+        def per_file(stage: str, done: int, n: int) -> None:
+            files[0] = n
+            cb(stage, done, n + 1)
+
         if cb:
             cb(f"importing {len(traces)} input(s)", 0, 2)
         t0 = time.perf_counter()
         ref = import_paths([graph_ref]) if graph_ref else None
-        profile = import_paths(list(traces), rank=rank, fmt=fmt, graph_ref=ref, one_run=one_run)
+        profile = import_paths(list(traces), rank=rank, fmt=fmt, graph_ref=ref, one_run=one_run, jobs=jobs,
+                               progress=per_file if cb else None)
         t1 = time.perf_counter()
         if cb:
-            cb(f"writing {output}", 1, 2)
+            cb(f"writing {output}", files[0], files[0] + 1)
         path = save_profile(profile, output)
         t2 = time.perf_counter()
     counts = {t: profile.n(t) for t in profile.tables}

@@ -162,7 +162,8 @@ def _looks_like_trace(f: Path) -> bool:
 
 
 def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: str | None = None,
-                 check_ranks: bool = True, one_run: bool = False, graph_ref: Profile | None = None) -> Profile:
+                 check_ranks: bool = True, one_run: bool = False, graph_ref: Profile | None = None,
+                 jobs: int | None = None, progress=None) -> Profile:
     """Import files and directories into one Profile (several files become one multi-rank profile).
 
     Traces get their CUDA / HIP graph replays marked and attributed (`mmprof.importers.graphs`); `graph_ref` is
@@ -170,6 +171,8 @@ def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: s
 
     check_ranks: warn when the run's world size names ranks the inputs do not hold (callers that import one
     rank at a time and report missing ranks themselves, like `mmprof record`, pass False).
+    jobs / progress: worker processes for many Kineto rank files (default: `kineto.default_jobs`) and a
+    `progress(stage, done, total)` callback per file.
     one_run: the user says the files are one run; without it, files that look like different runs (tools,
     devices, world sizes, clocks far apart: `_runs.different_runs`) are refused."""
     if rank is not None and not (type(rank) is int and 0 <= rank <= MAX_RANK):
@@ -202,7 +205,8 @@ def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: s
                 profiles.append(prof)
                 kinds.append(f"profile {f}")
         else:
-            prof = _guarded(lambda: module.load(group, rank=rank), group, kind)
+            extra = {"jobs": jobs, "progress": progress} if kind == "kineto" else {}
+            prof = _guarded(lambda: module.load(group, rank=rank, **extra), group, kind)
             _guarded(lambda: attribute_replays(prof, ref=graph_ref), group, kind)
             profiles.append(prof)
             kinds.append(kind)

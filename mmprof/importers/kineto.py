@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from mmprof.errors import BadInput
@@ -30,19 +31,77 @@ from mmprof.importers._kineto_rank import RankImporter
 from mmprof.labels import MAX_RANK, rank_from_name
 from mmprof.profiles.model import Profile, merge_profiles
 
+# Several rank files import in worker processes when they are big enough to pay for starting them
+PARALLEL_MIN_BYTES = 32 << 20
 
-def load(files: list[Path], rank: int | None = None) -> Profile:
-    """Import Kineto traces, one file per rank, into one Profile."""
+
+def default_jobs(files: list[Path]) -> int:
+    """Worker processes for importing `files`: MMPROF_IMPORT_JOBS, else the machine's cores (at most one per file)
+    when the files hold at least PARALLEL_MIN_BYTES together, else 1 (in this process)."""
+    env = os.environ.get("MMPROF_IMPORT_JOBS")
+    if env:
+        try:
+            return max(1, min(int(env), len(files)))
+        except ValueError:
+            raise BadInput(f"MMPROF_IMPORT_JOBS={env!r} is not a number of processes") from None
+    try:
+        total = sum(f.stat().st_size for f in files)
+    except OSError:
+        total = 0
+    if len(files) < 2 or total < PARALLEL_MIN_BYTES:
+        return 1
+    return max(1, min(len(files), os.cpu_count() or 1))
+
+
+def _load_in_worker(path: str) -> Profile:
+    return load_one(path, many=True)
+
+
+def _each(files: list[Path], rank: int | None, jobs: int, progress) -> Iterator[tuple[Path, Profile]]:
+    """(file, its Profile) as each import finishes: in this process, or in `jobs` worker processes (one file each
+    at a time, so a worker's peak memory is one import's; results come back as they finish)."""
+    n = len(files)
+    if jobs <= 1:
+        for i, f in enumerate(files):
+            if progress is not None:
+                progress(f"importing {f.name}", i, n)
+            yield f, load_one(f, rank=rank, many=n > 1)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                                      else "spawn")
+    from concurrent.futures.process import BrokenProcessPool
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futures = {pool.submit(_load_in_worker, str(f)): f for f in files}
+        for i, fut in enumerate(as_completed(futures)):
+            if progress is not None:
+                progress(f"imported {futures[fut].name} ({jobs} processes)", i, n)
+            try:
+                got = fut.result()
+            except BrokenProcessPool:
+                raise BadInput(f"{futures[fut]}: the process importing it died (out of memory?); retry with "
+                               "fewer processes (--jobs 1 imports one file at a time)") from None
+            yield futures[fut], got
+
+
+def load(files: list[Path], rank: int | None = None, jobs: int | None = None, progress=None) -> Profile:
+    """Import Kineto traces, one file per rank, into one Profile; `jobs` worker processes (default
+    `default_jobs`); `progress(stage, done, total)` hears about each file."""
     files = [Path(f) for f in files]
     if not files:
         raise BadInput("no Kineto trace files given")
     if rank is not None and len(files) > 1:
         raise BadInput(f"--rank applies to a single trace file, but {len(files)} were given "
                        "(each file's rank comes from distributedInfo or its rank-N name)")
+    if jobs is not None and jobs < 1:
+        raise BadInput(f"--jobs must be at least 1, not {jobs}")
+    jobs = default_jobs(files) if jobs is None else min(jobs, len(files))
     profiles: list[Profile] = []
     seen: dict[int, Path] = {}
-    for f in files:
-        p = load_one(f, rank=rank, many=len(files) > 1)
+    for f, p in _each(files, rank, jobs, progress):
         r = p.meta["ranks"][0]["rank"]
         if r in seen:
             raise BadInput(f"{seen[r]} and {f} both claim rank {r}; import them separately or pass one file "
