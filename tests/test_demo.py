@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mmprof.capture.demo import DemoResult, Step, run_demo, run_step
+from mmprof.capture.demo import DemoResult, run_demo, run_step
 from mmprof.cli import main
 from mmprof.errors import BadInput
 from mmprof.profiles import load_profile

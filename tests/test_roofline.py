@@ -230,11 +230,11 @@ def test_committed_examples_have_no_efficiency_over_150_percent():
     import numpy as np
 
     from mmprof.analysis.events import events_of
-    from mmprof.profiles import load_profile
+    from mmprof.importers import import_paths
     from tests.conftest import ROOT
 
-    files = sorted((ROOT / "examples").glob("*/**/*.json.gz"))
+    files = sorted((ROOT / "examples").glob("*/**/*.json.gz"))  # Profiles and raw traces (examples/h200/hf_m3)
     assert len(files) >= 14
     for f in files:
-        e = events_of(load_profile(f)).roof.efficiency
+        e = events_of(import_paths([f])).roof.efficiency
         assert not np.isfinite(e).any() or np.nanmax(e) <= 1.5, (f, np.nanmax(e))

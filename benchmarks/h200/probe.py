@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F

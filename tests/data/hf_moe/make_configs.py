@@ -5,7 +5,6 @@ Run: python tests/data/hf_moe/make_configs.py   (transformers 5.17; no model is 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
