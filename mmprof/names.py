@@ -3,13 +3,18 @@
 `demangle(name)` turns `_Z...` symbols into C++ signatures with LLVM's demangler (the `pycxxfilt` wheel);
 `display_name(name)` turns a raw or demangled kernel name into a short label that keeps what identifies the
 kernel: its base function name plus the few template arguments that tell variants apart (functor, dtype,
-tile shape, arch). docs/names.md describes the rules. Base module: imports nothing else from mmprof.
+tile shape, arch). docs/names.md describes the rules. Base module: imports only `mmprof.cxx_text` (C++ text scanning).
 """
 
 from __future__ import annotations
 
 import re
 from functools import lru_cache
+
+from mmprof.cxx_text import qualified_name as _qualified_name
+from mmprof.cxx_text import split_template as _split_template
+from mmprof.cxx_text import split_top as _split_top
+from mmprof.cxx_text import strip_call as _strip_call
 
 try:  # LLVM's Itanium demangler; wheels for CPython >= 3.11 on Linux/macOS/Windows (see docs/names.md)
     from pycxxfilt import itanium_demangle as _itanium_demangle
@@ -21,7 +26,6 @@ DEFAULT_MAX_LEN = 60
 _STUB = "__device_stub__"
 _EMBEDDED = re.compile(r"(?:(?<![\w$])|(?<=_))_Z[\w$]+(?:\.[\w$.]+)?")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")  # not a C++ name
-_CLONE_SUFFIX = re.compile(r"(?:\s*(?:\[clone [^\]]*\]|\(\.[\w.$]+\)))+$")
 
 
 def _demangle_token(tok: str) -> str | None:
@@ -53,79 +57,6 @@ def demangle(name: str) -> str:
         return _EMBEDDED.sub(lambda m: _demangle_token(m.group(0)) or m.group(0), s)
     except Exception:  # pragma: no cover - defensive: demangling never breaks a caller
         return name
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Scanning C++ text: splitting at separators that sit outside all brackets.
-
-_OPERATOR = r"(?<!\w)operator\s*(?:\(\)|\[\]|->\*?|<<=?|>>=?|<=>?|>=?|<|>)"
-_TOKENS = {sep: re.compile(_OPERATOR + r"|[<>(){}\[\]]|" + re.escape(sep)) for sep in (",", "::", " ")}
-_OPENERS = "<({["
-
-
-def _split_top(s: str, sep: str) -> list[str]:
-    """Split s at `sep` (',', '::' or ' ') where it is outside <>, (), {}, []."""
-    if sep not in s:
-        return [s]
-    out: list[str] = []
-    depth = start = 0
-    for m in _TOKENS[sep].finditer(s):
-        t = m.group(0)
-        if t == sep:
-            if depth == 0:
-                out.append(s[start:m.start()])
-                start = m.end()
-        elif len(t) > 1:  # an operator name: its brackets are not brackets
-            continue
-        elif t in _OPENERS:
-            depth += 1
-        elif depth:
-            depth -= 1
-    out.append(s[start:])
-    return out
-
-
-def _split_template(comp: str) -> tuple[str, str | None]:
-    """'Name<args>' -> ('Name', 'args'); 'Name' -> ('Name', None). Tolerates a cut-off name."""
-    i = comp.find("<")
-    if i <= 0 or comp.startswith("operator"):
-        return comp, None
-    inner = comp[i + 1:]
-    return comp[:i], inner.removesuffix(">")
-
-
-def _strip_call(comp: str) -> str:
-    """'name<T>(int, float)' -> 'name<T>': drop a trailing top-level argument list."""
-    if not comp.endswith(")"):
-        return comp
-    depth = 0
-    for i in range(len(comp) - 1, -1, -1):
-        c = comp[i]
-        if c == ")":
-            depth += 1
-        elif c == "(":
-            depth -= 1
-            if depth == 0:
-                return comp[:i] if i > 0 else comp
-    return comp
-
-
-def _qualified_name(s: str) -> str | None:
-    """The qualified function name of a demangled signature (no return type, no arguments), or None when s
-    is not a C++ signature at all (e.g. 'Memcpy HtoD (Pageable -> Device)')."""
-    if "[clone " in s or "(." in s:
-        s = _CLONE_SUFFIX.sub("", s)
-    s = s.replace("operator ()", "operator()")
-    if s.endswith(("const", "volatile", "&", "noexcept")):
-        s = re.sub(r"(?:\s+(?:const|volatile|&&|&|noexcept))+$", "", s)
-    if s.endswith(")"):
-        head = _strip_call(s)
-        if head is s or not head or not (head[-1].isalnum() or head[-1] in "_>$]}'" or head.endswith("operator()")):
-            return None
-    else:
-        head = s
-    pieces = [p for p in _split_top(head, " ") if p]
-    return pieces[-1] if pieces else None
 
 
 # ---------------------------------------------------------------------------------------------------------
