@@ -373,23 +373,8 @@ def _spread(profile, reg: Regions) -> None:
     if not n:
         return
     parent = O["parent"] if (O["parent"] >= 0).any() or n < 2 else infer_parents(profile)
-    has = reg.region != None  # noqa: E711
-    # descendants first: walk up to the nearest labelled ancestor
-    cur = parent.copy()
-    owner = np.full(n, -1, np.int64)
-    for _ in range(64):
-        live = (cur >= 0) & (owner < 0)
-        if not live.any():
-            break
-        hit = np.zeros(n, dtype=bool)
-        hit[live] = has[cur[live]]
-        owner[hit] = cur[hit]
-        nxt = np.full(n, -1, np.int64)
-        nxt[live] = parent[cur[live]]
-        cur = np.where(hit, -1, nxt)
-    take = (~has) & (owner >= 0)
-    for a in ("layer", "role", "region", "source"):
-        getattr(reg, a)[take] = getattr(reg, a)[owner[take]]
+    # descendants first: each takes the region of its nearest labelled ancestor
+    _from_ancestors(reg, parent)
     # top-level ops in between: the previous labelled top-level op of the same rank, thread and step
     top = np.flatnonzero(parent < 0)
     order = top[np.lexsort((O["start_ns"][top], O["step"][top], O["tid"][top], O["rank"][top]))]
@@ -406,20 +391,26 @@ def _spread(profile, reg: Regions) -> None:
             for a in ("layer", "role", "region", "source"):
                 getattr(reg, a)[i] = getattr(reg, a)[last]
     # and the descendants of the top-level ops that just took a region
-    has2 = reg.region != None  # noqa: E711
+    _from_ancestors(reg, parent)
+
+
+def _from_ancestors(reg: Regions, parent: np.ndarray, max_depth: int = 64) -> None:
+    """Unlabelled ops take the labels of their nearest labelled ancestor (op nesting `parent`)."""
+    n = len(parent)
+    has = reg.region != None  # noqa: E711
     cur = parent.copy()
     owner = np.full(n, -1, np.int64)
-    for _ in range(64):
+    for _ in range(max_depth):
         live = (cur >= 0) & (owner < 0)
         if not live.any():
             break
         hit = np.zeros(n, dtype=bool)
-        hit[live] = has2[cur[live]]
+        hit[live] = has[cur[live]]
         owner[hit] = cur[hit]
         nxt = np.full(n, -1, np.int64)
         nxt[live] = parent[cur[live]]
         cur = np.where(hit, -1, nxt)
-    take = (~has2) & (owner >= 0)
+    take = (~has) & (owner >= 0)
     for a in ("layer", "role", "region", "source"):
         getattr(reg, a)[take] = getattr(reg, a)[owner[take]]
 
