@@ -8,14 +8,12 @@ released config.json) onto them. This module does not import torch, so the CLI c
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mmprof.errors import BadInput
-from mmprof.fileio import read_bytes
 from mmprof.modelspec import ModelSpec
 
 
@@ -174,7 +172,11 @@ def from_hf_config(cfg: dict[str, Any], name: str = "hf") -> ModelArgs:
     """ModelArgs from a Hugging Face MiniMax M3 config dict (the VL config's `text_config`, legacy keys included),
     read by `mmprof.modelspec` (the one reader of such configs). Other families are refused: the reference
     runtime only builds M3."""
-    spec = ModelSpec.from_hf(cfg, name)
+    return from_spec(ModelSpec.from_hf(cfg, name), name)
+
+
+def from_spec(spec: ModelSpec, name: str = "hf") -> ModelArgs:
+    """ModelArgs from a MiniMax M3 ModelSpec; other families are refused (one line)."""
     if spec.family != "minimax_m3":
         raise BadInput(f"{name}: a {spec.model_type or spec.family} config; the reference runtime builds MiniMax M3 "
                        "only (other families can still be read by `--model` for shape matching)")
@@ -227,14 +229,9 @@ def load_config(path_or_preset: str | Path, **overrides: Any) -> ModelArgs:
         p = p / "config.json"
     if not p.exists():
         raise BadInput(f"{s}: neither a preset ({', '.join(PRESETS)}) nor an existing config.json")
+    spec = ModelSpec.load(p)  # reads and checks the JSON; its errors name the file
     try:
-        cfg = json.loads(read_bytes(p))
-    except (OSError, ValueError) as e:
-        raise BadInput(f"{p}: cannot read config JSON ({str(e)[:160]})") from None
-    except RecursionError:
-        raise BadInput(f"{p}: cannot read config JSON (nested too deep)") from None
-    try:
-        args = from_hf_config(cfg, name=(p.parent.name if p.name == "config.json" else p.stem) or "hf")
+        args = from_spec(spec, name=(p.parent.name if p.name == "config.json" else p.stem) or "hf")
     except BadInput as e:
         raise BadInput(f"{p}: {e}") from None
     return dataclasses.replace(args, **overrides) if overrides else args
