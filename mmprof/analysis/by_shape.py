@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from mmprof.analysis.events import CAT_COMM, CAT_MEMCPY, events_of
+from mmprof.analysis.events import CAT_COMM, CAT_MEMCPY, call_ids, events_of
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY
 from mmprof.analysis.timeline import phase_labels
 from mmprof.errors import NoEvidence
@@ -168,8 +168,7 @@ def by_shape(profile, phase: str | None = None, rank: int | None = None, shape_r
         "op": np.where(has, O["name"][safe] if len(O["name"]) else -1, -2),
         "dims": np.where(has, O["input_dims"][safe] if len(O["name"]) else -1, -1),
         "types": np.where(has, O["input_types"][safe] if len(O["name"]) else -1, -1),
-        # one call = one op row, or one replay of a captured op (every replay of a graph runs it again)
-        "row": np.where(has, op * (profile.n("launches") + 1) + (ev.graph[idx] + 1), -(idx + 1)), "kname": ev.name[idx], "variant": np.asarray(ev.variant[idx]).astype(str),
+        "row": np.where(has, call_ids(op, ev.graph[idx], profile.n("launches")), -(idx + 1)), "kname": ev.name[idx], "variant": np.asarray(ev.variant[idx]).astype(str),
         "family": np.asarray(ev.family[idx]).astype(str), "dur": dur, "cat": ev.cat[idx],
         "fl": np.nan_to_num(roof.flops[idx]), "by": np.nan_to_num(roof.bytes[idx]),
         "known": np.isfinite(roof.flops[idx]) & np.isfinite(roof.bytes[idx]),

@@ -182,8 +182,7 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     rank = np.concatenate([K["rank"], M["rank"]])
     dur = np.concatenate([K["dur_ns"], M["dur_ns"]])
     graph = np.concatenate([K["graph"], M["graph"]]).astype(np.int64)
-    # a captured op runs once per replay: (op, replay) is one call of it
-    call = op * (profile.n("launches") + 1) + (graph + 1) if (graph >= 0).any() else None
+    call = call_ids(op, graph, profile.n("launches")) if (graph >= 0).any() else None
     roof = event_roofline(profile, op, dur, rank, np.concatenate([eligible, np.zeros(nm, dtype=bool)]), call)
     family = expand(per_u["family"], inv_all)
     cat = _category(np.asarray(family.astype(object)), roof, np.concatenate([comm_k, np.zeros(nm, dtype=bool)]))
@@ -208,6 +207,12 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
         region=np.concatenate([reg_k.region, reg_m.region]),
         label_source=np.concatenate([reg_k.source, reg_m.source]), roof=roof, profile=profile,
         notes=list(roof.notes), warnings=list(roof.warnings))
+
+
+def call_ids(op: np.ndarray, graph: np.ndarray, n_launches: int) -> np.ndarray:
+    """One id per call of an op: its row, or (op, replay) for work a graph replay ran (a captured op runs once per
+    replay). Events with op -1 get ids of their own only per replay; callers mask them."""
+    return op * (n_launches + 1) + (graph + 1)
 
 
 def infer_parents(profile: Any) -> np.ndarray:

@@ -53,10 +53,14 @@ graph_ref_option = click.option(
          "the input explains take the ops of the same kernel sequence there (docs/graphs.md).")
 
 
+def load_ref(graph_ref: str | None):
+    """The --graph-ref profile (or trace), or None."""
+    return import_paths([graph_ref]) if graph_ref else None
+
+
 def load_any(path: str, graph_ref: str | None = None):
     """A saved Profile or raw traces (a file or a directory), imported on the fly; `graph_ref` as the option."""
-    ref = import_paths([graph_ref]) if graph_ref else None
-    return import_paths([path], graph_ref=ref)
+    return import_paths([path], graph_ref=load_ref(graph_ref))
 
 
 def write_text(path: str, text: str) -> None:

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from mmprof.cli._common import console, echo_json, graph_ref_option, json_option
+from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, load_ref
 from mmprof.errors import BadInput
 from mmprof.importers import IMPORTERS, import_paths
 from mmprof.profiles import save_profile
@@ -43,9 +43,8 @@ def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str 
         if cb:
             cb(f"importing {len(traces)} input(s)", 0, 2)
         t0 = time.perf_counter()
-        ref = import_paths([graph_ref]) if graph_ref else None
-        profile = import_paths(list(traces), rank=rank, fmt=fmt, graph_ref=ref, one_run=one_run, jobs=jobs,
-                               progress=per_file if cb else None)
+        profile = import_paths(list(traces), rank=rank, fmt=fmt, graph_ref=load_ref(graph_ref), one_run=one_run,
+                               jobs=jobs, progress=per_file if cb else None)
         t1 = time.perf_counter()
         if cb:
             cb(f"writing {output}", files[0], files[0] + 1)

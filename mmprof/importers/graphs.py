@@ -117,6 +117,7 @@ class _Capture:
     nodes: np.ndarray      # launch rows, in call order
     copy: np.ndarray       # bool per node: memcpy / memset call
     ops: np.ndarray        # launches.op per node
+    sig: int = 0           # identifies the ops sequence (captures of one structure with other ops differ here)
 
 
 def _captures(profile: Profile) -> list[_Capture]:
@@ -140,7 +141,8 @@ def _captures(profile: Profile) -> list[_Capture]:
         t1 = L["start_ns"][e]
         rows = np.flatnonzero(node & same & (L["start_ns"] > t0) & (L["start_ns"] < t1))
         rows = rows[np.argsort(L["start_ns"][rows], kind="stable")]
-        out.append(_Capture(int(rank), int(t1), rows, copy[rows], L["op"][rows]))
+        ops = L["op"][rows]
+        out.append(_Capture(int(rank), int(t1), rows, copy[rows], ops, hash(ops.tobytes())))
     return out
 
 
@@ -170,8 +172,7 @@ def _match_capture(caps: list[_Capture], rank: int, launch_ns: int, is_copy: np.
             and int(c.copy.sum()) == nc]
     if not fits:
         return None
-    sigs = {tuple(c.ops.tolist()) for c in fits}
-    if len(sigs) > 1:
+    if len({c.sig for c in fits}) > 1:
         # the same node structure captured several times with different ops (e.g. one graph per batch size)
         return "ambiguous"
     return max(fits, key=lambda c: c.end_ns)
@@ -259,13 +260,8 @@ def attribute_replays(profile: Profile, ref: Profile | None = None) -> GraphRepo
     rep.replays = len(replays)
     rep.captures = len(caps)
     src = {s: _string_id(profile, s) for s in SOURCES}
-    cache: dict[tuple, Any] = {}
     for g, (events, is_copy) in replays.items():
-        rank = int(L["rank"][g])
-        key = (rank, tuple(map(tuple, _event_names(profile, events))))
-        cap = cache.get(key)
-        if key not in cache:
-            cap = cache[key] = _match_capture(caps, rank, int(L["start_ns"][g]), is_copy)
+        cap = _match_capture(caps, int(L["rank"][g]), int(L["start_ns"][g]), is_copy)
         if cap == "ambiguous":
             rep.ambiguous += 1
         elif cap is not None:
@@ -277,7 +273,8 @@ def attribute_replays(profile: Profile, ref: Profile | None = None) -> GraphRepo
         RK = ref.tables["kernels"]
         rg = RK["graph"]
         ref_run = _Eager(ref, np.flatnonzero((rg < 0) & (RK["op"] >= 0)), tokens)
-    proxies: dict[int, int] = {}
+    proxies = _Proxies(profile, ref) if ref is not None else None
+    aligned: dict[tuple, np.ndarray] = {}  # replays of one graph share their kernel sequence: align it once
     for g, (events, is_copy) in replays.items():
         krows = events[~is_copy, 1]
         need = K["op"][krows] < 0
@@ -291,16 +288,23 @@ def attribute_replays(profile: Profile, ref: Profile | None = None) -> GraphRepo
         for run, name in ((eager_runs[rank], "eager"), (ref_run, "ref")):
             if run is None or not need.any():
                 continue
-            pos = _cached_align(cache, (id(run), seq.tobytes()), run, seq)
+            key = (name, rank, seq.tobytes())
+            pos = aligned.get(key)
+            if pos is None:
+                pos = aligned[key] = run.align(seq)
             hit = need & (pos >= 0)
             if not hit.any():
                 continue
             ops = run.ops[pos[hit]]
             if name == "ref":
-                ops = np.array([_proxy_op(profile, ref, int(o), g, proxies) for o in ops.tolist()], np.int64)
+                first = krows[hit][0]
+                ops = np.array([proxies.row(int(o), g, int(K["phase"][first]), int(K["step"][first]))
+                                for o in ops.tolist()], np.int64)
             K["op"][krows[hit]] = ops
             K["op_source"][krows[hit]] = src[name]
             need &= ~hit
+    if proxies is not None:
+        proxies.write()
     # the report
     kg = K["graph"] >= 0
     rep.kernels = int(kg.sum())
@@ -313,40 +317,32 @@ def attribute_replays(profile: Profile, ref: Profile | None = None) -> GraphRepo
     return rep
 
 
-def _event_names(profile: Profile, events: np.ndarray) -> np.ndarray:
-    """(table, name id) per event: the replay's structure, used to share capture matches between replays."""
-    K, M = profile.tables["kernels"], profile.tables["memcpy"]
-    names = np.where(events[:, 0] == 0, K["name"][np.where(events[:, 0] == 0, events[:, 1], 0)] if len(K["name"])
-                     else -1, M["name"][np.where(events[:, 0] == 1, events[:, 1], 0)] if len(M["name"]) else -1)
-    return np.stack([events[:, 0], names], axis=1)
-
-
-def _cached_align(cache: dict, key: tuple, run: _Eager, seq: np.ndarray) -> np.ndarray:
-    got = cache.get(key)
-    if got is None:
-        got = cache[key] = run.align(seq)
-    return got
-
-
 _OP_COPY = ("name", "input_dims", "input_types", "scope", "scope_path")
 
 
-def _proxy_op(profile: Profile, ref: Profile, o: int, g: int, proxies: dict[int, int]) -> int:
-    """This profile's copy of the reference's op row `o`, placed at graph launch `g` (made once per op)."""
-    if o in proxies:
-        return proxies[o]
-    O, R, L = profile.tables["ops"], ref.tables["ops"], profile.tables["launches"]
-    row = {c: O[c] for c in O}
-    vals: dict[str, Any] = {c: -1 for c in O}
-    for c in _OP_COPY:
-        code = int(R[c][o])
-        vals[c] = _string_id(profile, ref.string(code)) if code >= 0 else -1
-    vals.update(rank=int(L["rank"][g]), tid=int(L["tid"][g]), start_ns=int(L["start_ns"][g]), dur_ns=0)
-    K = profile.tables["kernels"]
-    first = np.flatnonzero(K["graph"] == g)
-    if len(first):
-        vals["phase"], vals["step"] = int(K["phase"][first[0]]), int(K["step"][first[0]])
-    for c, arr in row.items():
-        O[c] = np.append(arr, np.asarray(vals[c], dtype=arr.dtype))
-    proxies[o] = len(O["name"]) - 1
-    return proxies[o]
+class _Proxies:
+    """This profile's copies of a reference profile's ops, one per reference op, placed at the first graph launch
+    that uses it (duration 0); appended to the ops table at once by `write`."""
+
+    def __init__(self, profile: Profile, ref: Profile) -> None:
+        self.profile, self.ref = profile, ref
+        self.n0 = profile.n("ops")
+        self.index: dict[int, int] = {}
+        self.rows: list[dict[str, int]] = []
+
+    def row(self, o: int, g: int, phase: int, step: int) -> int:
+        """The ops row that will hold the copy of reference op `o`."""
+        if o not in self.index:
+            P, R, L = self.profile, self.ref.tables["ops"], self.profile.tables["launches"]
+            vals = {c: (_string_id(P, self.ref.string(int(R[c][o]))) if R[c][o] >= 0 else -1) for c in _OP_COPY}
+            vals.update(rank=int(L["rank"][g]), tid=int(L["tid"][g]), start_ns=int(L["start_ns"][g]), dur_ns=0,
+                        phase=phase, step=step)
+            self.index[o] = self.n0 + len(self.rows)
+            self.rows.append(vals)
+        return self.index[o]
+
+    def write(self) -> None:
+        O = self.profile.tables["ops"]
+        if self.rows:
+            for c, arr in O.items():
+                O[c] = np.concatenate([arr, np.array([r.get(c, -1) for r in self.rows], dtype=arr.dtype)])
