@@ -178,9 +178,13 @@ def install_module_hooks() -> None:
     _MODULE_NAMES = weakref.WeakKeyDictionary()
     enabled = torch._C._autograd._profiler_enabled
     RF = ap.record_function
+    # While Dynamo traces a module (torch.compile, e.g. vLLM's default mode) the hooks are traced too, and
+    # fullgraph capture refuses the profiler query ("torch.* op returned non-Tensor"). is_compiling() is
+    # True only during tracing, so the hook folds away in the compiled graph (no ranges from inside it).
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
 
     def pre(module, args):
-        if not enabled():
+        if compiling() or not enabled():
             return None
         try:
             rf = RF(_module_name(module))
@@ -194,6 +198,8 @@ def install_module_hooks() -> None:
         return None
 
     def post(module, args, output):
+        if compiling():
+            return None
         stack = getattr(_MODULE_TLS, "stack", None)
         if stack and stack[-1][0] is module:
             _, rf = stack.pop()
