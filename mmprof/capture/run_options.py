@@ -35,11 +35,9 @@ class RunOptions:
     decode_steps: int = 8
     seed: int = 0
     base: str = "fast"  # fast | baseline
-    moe_impl: str | None = None
-    shared_expert: str | None = None
-    block_reuse: int | None = None
-    attention: str | None = None
-    graphs: bool | None = None  # decode steps replayed as a CUDA/HIP graph (cuda only)
+    # explicit switches (Switches field name -> value) over the base; None values are no override. The switches
+    # are declared once, in runtime/config.py:Switches, and this dict needs no field per switch.
+    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     capture: str = "full"  # full | light | kernels | none
     measure_dilation: bool = False  # capture in every mode (kernels on a GPU only); keep `capture`'s trace
     tp: int = 1
@@ -53,9 +51,11 @@ class RunOptions:
         if self.base not in ("fast", "baseline"):
             raise BadInput(f"base switches must be fast or baseline, not {self.base!r}")
         sw = Switches.baseline() if self.base == "baseline" else Switches()
-        over = {k: v for k, v in (("moe_impl", self.moe_impl), ("shared_expert", self.shared_expert),
-                                  ("block_reuse", self.block_reuse), ("attention", self.attention),
-                                  ("graphs", self.graphs)) if v is not None}
+        names = {s.name for s in Switches.specs()}
+        unknown = sorted(set(self.overrides) - names)
+        if unknown:
+            raise BadInput(f"unknown switch(es) {', '.join(unknown)}; switches are {', '.join(sorted(names))}")
+        over = {k: v for k, v in self.overrides.items() if v is not None}
         return dataclasses.replace(sw, **over) if over else sw
 
     def modes(self) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -10,31 +11,32 @@ from mmprof.analysis.shape_match import match_profile
 from mmprof.capture.run_options import PRESET_NAMES, RunOptions
 from mmprof.errors import BadInput
 from mmprof.modelspec import ModelSpec
+from mmprof.runtime import Switches, SwitchSpec
 
 
 def switch_options(f):
-    """The runtime switches as options (shared with `mmprof demo`'s documentation)."""
+    """The runtime switches as options (shared with `mmprof demo`'s documentation): --fast / --baseline pick the
+    base, then one option per switch declared in runtime/config.py:Switches, built from its SwitchSpec."""
     opts = [
         click.option("--fast", "base", flag_value="fast", default=True,
                      help="Start from the fast paths: grouped experts, fused shared expert, block reuse K=4, sparse."),
         click.option("--baseline", "base", flag_value="baseline",
                      help="Start from the baseline: loop experts, separate shared expert, selection per layer."),
-        click.option("--moe-impl", type=click.Choice(["loop", "grouped"]),
-                     help="Routed experts: per-expert loop or one grouped GEMM."),
-        click.option("--shared-expert", type=click.Choice(["separate", "fused"]),
-                     help="Shared expert as its own MLP or fused into the routed GEMM."),
-        click.option("--block-reuse", type=click.IntRange(min=1), metavar="K",
-                     help="One sparse layer computes the block selection, the next K-1 reuse it "
-                          "(1 = every layer computes)."),
-        click.option("--attention", type=click.Choice(["sparse", "dense"]),
-                     help="Sparse (MSA) or dense attention in the sparse layers."),
-        click.option("--graphs/--no-graphs", default=None,
-                     help="Replay decode steps as a CUDA/HIP graph (captured at step 2; --device cuda, grouped "
-                          "experts). Off in both bases."),
+        *(switch_option(s) for s in Switches.specs()),
     ]
     for o in reversed(opts):
         f = o(f)
     return f
+
+
+def switch_option(spec: SwitchSpec):
+    """The click option of one switch: unset (None) unless given, so the base decides."""
+    if spec.kind is bool:
+        return click.option(f"{spec.option}/--no-{spec.option[2:]}", spec.name, default=None, help=spec.help)
+    if spec.kind is int:
+        return click.option(spec.option, spec.name, type=click.IntRange(min=spec.min), metavar=spec.metavar,
+                            help=spec.help)
+    return click.option(spec.option, spec.name, type=click.Choice(list(spec.choices)), help=spec.help)
 
 
 def workload_options(f):
@@ -59,15 +61,14 @@ def workload_options(f):
     return switch_options(f)
 
 
-def run_options(preset, config, device, dtype, batch, prompt_len, decode_steps, seed, base, moe_impl, shared_expert,
-                block_reuse, attention, graphs=None, **rest):
-    """RunOptions from the values of `workload_options` (+ capture/tp/... in `rest`)."""
-    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
-    return RunOptions(preset=preset, config=config, device=device, dtype=dtype, batch=batch, prompt_len=prompt_len,
-                      decode_steps=decode_steps, seed=seed, base=base, moe_impl=moe_impl, shared_expert=shared_expert,
-                      block_reuse=block_reuse, attention=attention, graphs=graphs,
-                      command=["mmprof", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("mmprof") else None,
-                      **rest)
+def run_options(**values: Any) -> RunOptions:
+    """RunOptions from the values of `workload_options` (the switches by name) and the command's own
+    (capture / tp / ... as RunOptions fields)."""
+    overrides = {s.name: values.pop(s.name) for s in Switches.specs() if s.name in values}
+    if not values.get("dtype"):
+        values["dtype"] = "bfloat16" if values.get("device") == "cuda" else "float32"
+    return RunOptions(**values, overrides=overrides,
+                      command=["mmprof", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("mmprof") else None)
 
 
 def model_options(f):

@@ -29,16 +29,13 @@ from mmprof.render.text.run import render_run
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True, help="Expert parallel: 1 or equal to --tp.")
 @click.option("-o", "--output", default="mmprof-run.json.gz", show_default=True, help="Where to write the Profile.")
 @json_option
-def run(preset, config, device, dtype, batch, prompt_len, decode_steps, seed, base, moe_impl, shared_expert, block_reuse,
-        attention, graphs, capture, measure_dilation, repeats, tp, ep, output, as_json) -> None:
+def run(capture, measure_dilation, repeats, tp, ep, output, as_json, **workload) -> None:
     """Run the reference MiniMax M3 runtime under capture and write a Profile.
 
     The same workload runs first without the profiler (the plain timing) and then under torch.profiler, so the
     Profile holds both and the dilation (profiled / plain time) says how much the capture distorted it.
     """
-    opts = run_options(preset, config, device, dtype, batch, prompt_len, decode_steps, seed, base, moe_impl,
-                       shared_expert, block_reuse, attention, graphs=graphs, capture=capture, measure_dilation=measure_dilation,
-                       tp=tp, ep=ep, repeats=repeats)
+    opts = run_options(**workload, capture=capture, measure_dilation=measure_dilation, tp=tp, ep=ep, repeats=repeats)
     profile = execute(opts, output, show_progress=not as_json)
     if profile is None:  # a non-zero torchrun rank: rank 0 writes and reports
         return

@@ -14,21 +14,13 @@ from __future__ import annotations
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from mmprof.errors import BadInput
 from mmprof.fileio import sqlite_connect
 from mmprof.importers._devices import describe_device
-from mmprof.importers._timeline import (
-    add_comm_kernels,
-    add_scopes,
-    assign_ranks,
-    attribute,
-    base_meta,
-    extend,
-    finish,
-    rank_from_env,
-)
+from mmprof.importers._ranges import Call, Copy, Kernel, Marker, RangeRows, fill, first_owner, issuing
+from mmprof.importers._timeline import assign_ranks, base_meta, finish, rank_from_env
 from mmprof.labels import rank_from_name, rank_from_text
 from mmprof.profiles.model import Profile, ProfileBuilder
 
@@ -164,110 +156,95 @@ def _gpu_pids(db: _Db) -> list[int]:
 
 
 def _import_process(db: _Db, pid: int, rank: int, b: ProfileBuilder) -> list[str]:
-    warnings: list[str] = []
-    in_pid = f"((globalTid >> 24) & {_MASK}) = {int(pid)}"
-    # ---- NVTX ranges -> scopes ------------------------------------------------------------------------
-    nest = None
-    if db.has("NVTX_EVENTS"):
-        types = _enum_ids(db, "ENUM_NSYS_EVENT_TYPE")
-        rng = [types.get("NvtxPushPopRange", 59), types.get("NvtxStartEndRange", 60)]
-        mark = types.get("NvtxMark", 34)
-        cols = db.cols("NVTX_EVENTS")
-        text = "n.text" if "text" in cols else "NULL"
-        if "textId" in cols and db.has("StringIds"):
-            text = f"COALESCE({text}, st.value)"
-            join = "LEFT JOIN StringIds st ON st.id = n.textId"
-        else:
-            join = ""
-        rows = db.q(f'SELECT (n.globalTid & {_MASK}), n.start, n."end", {text} FROM NVTX_EVENTS n {join} '
-                    f'WHERE n.eventType IN ({rng[0]}, {rng[1]}, {mark}) '
-                    f'AND ((n.globalTid >> 24) & {_MASK}) = {int(pid)} '
-                    f'ORDER BY n.start')
-        if rows:
-            nest = add_scopes(b, rank, [r[0] for r in rows], [r[1] for r in rows],
-                              [r[2] if r[2] is not None else r[1] for r in rows], [r[3] or "" for r in rows], "nvtx")
-
-    # ---- runtime / driver calls -----------------------------------------------------------------------
-    run: list[tuple] = []
-    if db.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
-        classes = _enum_ids(db, "ENUM_NSYS_EVENT_CLASS")
-        bt = classes.get("TRACE_PROCESS_EVENT_CUDABACKTRACE", 67)
-        name, join = db.name_expr("CUPTI_ACTIVITY_KIND_RUNTIME", "r", ["nameId"])
-        cls = "r.eventClass" if "eventClass" in db.cols("CUPTI_ACTIVITY_KIND_RUNTIME") else "0"
-        run = db.q(f'SELECT (r.globalTid & {_MASK}), r.start, r."end", r.correlationId, {name}, {cls} '
-                   f'FROM CUPTI_ACTIVITY_KIND_RUNTIME r {join} WHERE {in_pid.replace("globalTid", "r.globalTid")} '
-                   f'AND {cls} != {bt} ORDER BY r.start')
-    by_corr: dict[int, int] = {}
-    for i, r in enumerate(run):
-        if r[3] is not None and r[3] not in by_corr:
-            by_corr[r[3]] = i
-
-    def gpu_rows(table: str, extra: list[str], names: list[str] | None) -> list[tuple]:
-        if not db.has(table):
-            return []
-        cols = db.cols(table)
-        where = f"((t.globalPid >> 24) & {_MASK}) = {int(pid)}" if "globalPid" in cols else "1"
-        name, join = db.name_expr(table, "t", names) if names else ("NULL", "")
-        base = db.sel(table, "t", ["start", "end", "deviceId", "streamId", "correlationId"])
-        ext = (", " + db.sel(table, "t", extra)) if extra else ""
-        return db.q(f'SELECT {base}, {name}{ext} FROM "{table}" t {join} WHERE {where} ORDER BY t.start')
-
-    k_rows = gpu_rows("CUPTI_ACTIVITY_KIND_KERNEL", ["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"],
-                      ["demangledName", "shortName", "mangledName"])
-    c_rows = gpu_rows("CUPTI_ACTIVITY_KIND_MEMCPY", ["bytes", "copyKind"], None)
-    s_rows = gpu_rows("CUPTI_ACTIVITY_KIND_MEMSET", ["bytes"], None)
-
-    used = {by_corr[r[4]] for rows in (k_rows, c_rows, s_rows) for r in rows if r[4] in by_corr}
-    launch_like = {n: bool(_LAUNCH_API.search(n or "")) for n in {r[4] for r in run}}
-    keep = [i for i, r in enumerate(run) if i in used or launch_like[r[4]]]
-    first = b.n("launches")
-    row_of = {i: first + j for j, i in enumerate(keep)}
-    extend(b, "launches", len(keep), rank=[rank] * len(keep), tid=[run[i][0] for i in keep],
-           start_ns=[run[i][1] for i in keep], dur_ns=[run[i][2] - run[i][1] for i in keep],
-           name=[_VSUFFIX.sub("", run[i][4]) if run[i][4] else None for i in keep],
-           correlation=[run[i][3] for i in keep])
-
-    def link(rows: list[tuple]) -> tuple[list[int], list[str | None], list[str | None], list[str | None], list[int]]:
-        launch = [row_of.get(by_corr.get(r[4], -1), -1) for r in rows]
-        tids = [run[by_corr[r[4]]][0] if r[4] in by_corr else -1 for r in rows]
-        starts = [run[by_corr[r[4]]][1] if r[4] in by_corr else -1 for r in rows]
-        return (launch, *attribute(nest, tids, starts))
-
-    nk = len(k_rows)
-    if nk:
-        launch, scope, path, phase, step = link(k_rows)
-        missing = sum(1 for x in launch if x < 0)
-        if missing and run:
-            warnings.append(f"rank {rank}: {missing} of {nk} kernels have no matching runtime call")
-        extend(b, "kernels", nk, rank=[rank] * nk, device=[r[2] for r in k_rows], stream=[r[3] for r in k_rows],
-               start_ns=[r[0] for r in k_rows], dur_ns=[r[1] - r[0] for r in k_rows],
-               name=[r[5] or "<unknown kernel>" for r in k_rows],
-               grid_x=[r[6] for r in k_rows], grid_y=[r[7] for r in k_rows], grid_z=[r[8] for r in k_rows],
-               block_x=[r[9] for r in k_rows], block_y=[r[10] for r in k_rows], block_z=[r[11] for r in k_rows],
-               correlation=[r[4] for r in k_rows], launch=launch, scope=scope, scope_path=path, phase=phase,
-               step=step)
-        add_comm_kernels(b, b.n("kernels") - nk, nk)
-
+    rows = RangeRows(scope_source="nvtx", markers=_nvtx(db, pid), calls=_runtime_calls(db, pid))
+    rows.kernels = [k if k.name else k._replace(name="<unknown kernel>") for k in _gpu_rows(
+        db, pid, "CUPTI_ACTIVITY_KIND_KERNEL", ["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"],
+        ["demangledName", "shortName", "mangledName"], Kernel)]
     kinds = {}
     enum = _enum_ids(db, "ENUM_CUDA_MEMCPY_OPER")
     for name, i in enum.items():
         kinds[i] = _ENUM_DIR.get(name.rsplit("_", 1)[-1].upper())
-    for rows, kind in ((c_rows, "memcpy"), (s_rows, "memset")):
-        n = len(rows)
-        if not n:
-            continue
-        launch, scope, _path, phase, step = link(rows)
-        if kind == "memcpy":
-            dirs = [(kinds.get(r[7]) if enum else _COPY_KIND.get(r[7])) for r in rows]
-            names = [f"Memcpy {d}" if d else "Memcpy" for d in dirs]
-        else:
-            dirs = [None] * n
-            names = ["Memset"] * n
-        extend(b, "memcpy", n, rank=[rank] * n, device=[r[2] for r in rows], stream=[r[3] for r in rows],
-               start_ns=[r[0] for r in rows], dur_ns=[r[1] - r[0] for r in rows], kind=[kind] * n, direction=dirs,
-               bytes=[r[6] for r in rows], name=names, correlation=[r[4] for r in rows], launch=launch, scope=scope,
-               phase=phase, step=step)
-    return warnings
+    for r in _gpu_rows(db, pid, "CUPTI_ACTIVITY_KIND_MEMCPY", ["bytes", "copyKind"], None, _Memcpy):
+        d = kinds.get(r.copy_kind) if enum else _COPY_KIND.get(r.copy_kind)
+        rows.copies.append(Copy(r.start, r.end, r.device, r.stream, r.corr, "memcpy", d, r.bytes,
+                                f"Memcpy {d}" if d else "Memcpy"))
+    for r in _gpu_rows(db, pid, "CUPTI_ACTIVITY_KIND_MEMSET", ["bytes"], None, _Memset):
+        rows.copies.append(Copy(r.start, r.end, r.device, r.stream, r.corr, "memset", None, r.bytes, "Memset"))
+    # kernel / copy <-> runtime call through the correlation id within one process: the first call with the id
+    rows.owner = first_owner(rows.calls)
+    rows.keep = issuing(rows.calls, _LAUNCH_API.search, owner=rows.owner, rows=rows.kernels + rows.copies)
+    rows.unlinked = "have no matching runtime call" if rows.calls else None
+    return fill(b, rank, rows)
+
+
+class _Memcpy(NamedTuple):
+    start: int
+    end: int
+    device: int | None
+    stream: int | None
+    corr: int | None
+    name: None
+    bytes: int | None
+    copy_kind: int | None
+
+
+class _Memset(NamedTuple):
+    start: int
+    end: int
+    device: int | None
+    stream: int | None
+    corr: int | None
+    name: None
+    bytes: int | None
+
+
+def _nvtx(db: _Db, pid: int) -> list[Marker]:
+    """NVTX push/pop and start/end ranges and marks of one process, by start time."""
+    if not db.has("NVTX_EVENTS"):
+        return []
+    types = _enum_ids(db, "ENUM_NSYS_EVENT_TYPE")
+    rng = [types.get("NvtxPushPopRange", 59), types.get("NvtxStartEndRange", 60)]
+    mark = types.get("NvtxMark", 34)
+    cols = db.cols("NVTX_EVENTS")
+    text = "n.text" if "text" in cols else "NULL"
+    if "textId" in cols and db.has("StringIds"):
+        text = f"COALESCE({text}, st.value)"
+        join = "LEFT JOIN StringIds st ON st.id = n.textId"
+    else:
+        join = ""
+    rows = db.q(f'SELECT (n.globalTid & {_MASK}), n.start, n."end", {text} FROM NVTX_EVENTS n {join} '
+                f'WHERE n.eventType IN ({rng[0]}, {rng[1]}, {mark}) '
+                f'AND ((n.globalTid >> 24) & {_MASK}) = {int(pid)} '
+                f'ORDER BY n.start')
+    return [Marker(tid, start, end if end is not None else start, text or "") for tid, start, end, text in rows]
+
+
+def _runtime_calls(db: _Db, pid: int) -> list[Call]:
+    """CUDA runtime / driver calls of one process by start time, without the backtrace rows nsys repeats them as."""
+    if not db.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        return []
+    classes = _enum_ids(db, "ENUM_NSYS_EVENT_CLASS")
+    bt = classes.get("TRACE_PROCESS_EVENT_CUDABACKTRACE", 67)
+    name, join = db.name_expr("CUPTI_ACTIVITY_KIND_RUNTIME", "r", ["nameId"])
+    cls = "r.eventClass" if "eventClass" in db.cols("CUPTI_ACTIVITY_KIND_RUNTIME") else "0"
+    rows = db.q(f'SELECT (r.globalTid & {_MASK}), r.start, r."end", r.correlationId, {name}, {cls} '
+                f'FROM CUPTI_ACTIVITY_KIND_RUNTIME r {join} WHERE ((r.globalTid >> 24) & {_MASK}) = {int(pid)} '
+                f'AND {cls} != {bt} ORDER BY r.start')
+    return [Call(tid, start, end, _VSUFFIX.sub("", nm) if nm else None, corr) for tid, start, end, corr, nm, _c in rows]
+
+
+def _gpu_rows(db: _Db, pid: int, table: str, extra: list[str], names: list[str] | None, row: type) -> list:
+    """start, end, device, stream, correlation id, name (or NULL) and `extra` columns of one process's rows of
+    `table`, by start time, as `row` named tuples."""
+    if not db.has(table):
+        return []
+    cols = db.cols(table)
+    where = f"((t.globalPid >> 24) & {_MASK}) = {int(pid)}" if "globalPid" in cols else "1"
+    name, join = db.name_expr(table, "t", names) if names else ("NULL", "")
+    base = db.sel(table, "t", ["start", "end", "deviceId", "streamId", "correlationId"])
+    ext = (", " + db.sel(table, "t", extra)) if extra else ""
+    return [row._make(r) for r in db.q(f'SELECT {base}, {name}{ext} FROM "{table}" t {join} WHERE {where} '
+                                       'ORDER BY t.start')]
 
 
 def load(files: list[Path], rank: int | None = None) -> Profile:

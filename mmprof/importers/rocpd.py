@@ -18,28 +18,19 @@ import json
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from mmprof.errors import BadInput, UnsupportedFormat
 from mmprof.fileio import sqlite_connect
 from mmprof.importers._devices import describe_device
-from mmprof.importers._timeline import (
-    add_comm_kernels,
-    add_scopes,
-    assign_ranks,
-    attribute,
-    base_meta,
-    collective_name,
-    drop_idle,
-    extend,
-    finish,
-    rank_from_env,
-)
+from mmprof.importers._ranges import Call, Copy, Kernel, Marker, RangeRows, fill, issuing
+from mmprof.importers._timeline import assign_ranks, base_meta, collective_name, drop_idle, finish, rank_from_env
 from mmprof.labels import rank_from_name
 from mmprof.profiles.model import Profile, ProfileBuilder
 
 _UUID_SUFFIX = r"_[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12}"
-_LAUNCH_API = re.compile(r"^(hip|hipExt|hipModule|hipHcc|hipGraph|cuda|cu)\w*(Launch|Memcpy|Memset|StreamBeginCapture|StreamEndCapture)", re.IGNORECASE)
+_LAUNCH_API = re.compile(r"^(hip|hipExt|hipModule|hipHcc|hipGraph|cuda|cu)\w*"
+                         r"(Launch|Memcpy|Memset|StreamBeginCapture|StreamEndCapture)", re.IGNORECASE)
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -147,150 +138,144 @@ def _agents(ts: _Tables) -> dict[int, dict[str, Any]]:
 
 def _import_unit(ts: _Tables, pids: list[int], rank: int, b: ProfileBuilder) -> list[str]:
     """Fill the builder with the rows of the given processes (info_process row ids) as `rank`."""
-    warnings: list[str] = []
     strings = dict(ts.q(f'SELECT id, string FROM `{ts.name("string")}`')) if ts.name("string") else {}
-    threads = {}
-    if ts.name("info_thread"):
-        threads = dict(ts.q(f'SELECT id, tid FROM `{ts.name("info_thread")}`'))
+    threads = dict(ts.q(f'SELECT id, tid FROM `{ts.name("info_thread")}`')) if ts.name("info_thread") else {}
     agents = _agents(ts)
-    ev = ts.name("event")
     pid_list = ",".join(str(int(p)) for p in pids) or "-1"
-
-    # ---- API regions and markers ------------------------------------------------------------------------
-    reg_rows: list[tuple] = []
-    if ts.name("region"):
-        ev_join = f'LEFT JOIN `{ev}` e ON e.id = r.event_id' if ev and "event_id" in ts.cols("region") else ""
-        ev_cols = "e.stack_id, e.category_id" if ev_join else "NULL, NULL"
-        reg_rows = ts.q(f'SELECT r.tid, r.start, r."end", r.name_id, {ev_cols} FROM `{ts.name("region")}` r {ev_join} '
-                        f'WHERE r.pid IN ({pid_list}) ORDER BY r.start')
-    m_tid, m_start, m_end, m_name = [], [], [], []
-    launch_idx: list[int] = []
-    rccl_idx: list[int] = []
-    for i, (tid, start, end, name_id, stack, cat_id) in enumerate(reg_rows):
-        cat = strings.get(cat_id) or ""
-        if cat.upper().startswith("MARKER"):
-            m_tid.append(threads.get(tid, tid if tid is not None else -1))
-            m_start.append(start)
-            m_end.append(end)
-            m_name.append(strings.get(name_id) or "")
-        elif "RCCL" in cat.upper() or "NCCL" in cat.upper():
-            rccl_idx.append(i)
+    rows = RangeRows(scope_source="roctx", collectives=None,
+                     unlinked="have no launching API call (run rocprofv3 with --hip-trace to link them)")
+    hip: list[bool] = []  # per call: its event category is a HIP domain
+    for r in _regions(ts, pid_list):
+        cat = (strings.get(r.category_id) or "").upper()
+        tid = threads.get(r.tid, r.tid)
+        if cat.startswith("MARKER"):
+            rows.markers.append(Marker(tid if tid is not None else -1, r.start, r.end, strings.get(r.name_id) or ""))
+        elif "RCCL" in cat or "NCCL" in cat:
+            rows.collectives = rows.collectives if rows.collectives is not None else []
+            name = collective_name(strings.get(r.name_id) or "")
+            if name:
+                rows.collectives.append(Call(tid, r.start, r.end, name, r.stack_id))
         else:
-            launch_idx.append(i)
-    nest = add_scopes(b, rank, m_tid, m_start, m_end, m_name, "roctx") if m_start else None
-
-    # ---- kernels ----------------------------------------------------------------------------------------
-    kd = ts.name("kernel_dispatch")
-    k_rows: list[tuple] = []
-    if kd:
-        sym = ts.name("info_kernel_symbol")
-        sym_join = f'LEFT JOIN `{sym}` s ON s.id = k.kernel_id' if sym else ""
-        sym_cols = _sel(ts, "info_kernel_symbol", "s", ["display_name", "kernel_name"]) if sym else "NULL, NULL"
-        ev_join = f'LEFT JOIN `{ev}` e ON e.id = k.event_id' if ev and "event_id" in ts.cols("kernel_dispatch") else ""
-        ev_cols = "e.stack_id" if ev_join else "NULL"
-        kcols = _sel(ts, "kernel_dispatch", "k", ["agent_id", "stream_id", "queue_id", "start", "end", "grid_size_x",
-                                                  "grid_size_y", "grid_size_z", "workgroup_size_x", "workgroup_size_y",
-                                                  "workgroup_size_z", "kernel_id"])
-        k_rows = ts.q(f'SELECT {kcols}, {sym_cols}, {ev_cols} FROM `{kd}` k {sym_join} {ev_join} '
-                      f'WHERE k.pid IN ({pid_list}) ORDER BY k.start')
-
-    # ---- memory copies ----------------------------------------------------------------------------------
-    mc = ts.name("memory_copy")
-    c_rows: list[tuple] = []
-    if mc:
-        ev_join = f'LEFT JOIN `{ev}` e ON e.id = m.event_id' if ev and "event_id" in ts.cols("memory_copy") else ""
-        ev_cols = "e.stack_id" if ev_join else "NULL"
-        ccols = _sel(ts, "memory_copy", "m", ["start", "end", "name_id", "src_agent_id", "dst_agent_id", "size",
-                                              "stream_id", "queue_id"])
-        c_rows = ts.q(f'SELECT {ccols}, {ev_cols} FROM `{mc}` m {ev_join} WHERE m.pid IN ({pid_list}) ORDER BY m.start')
-
-    # ---- launches: API regions that issued GPU work (linked by stack id) or are launch/copy calls --------
-    by_stack: dict[int, int] = {}
-    # HIP regions win over other domains (HSA) sharing a stack id; among equals the later (inner) one wins
+            rows.calls.append(Call(tid, r.start, r.end, strings.get(r.name_id), r.stack_id))
+            hip.append(cat.startswith("HIP"))
+    rows.kernels = [_kernel(r, agents) for r in _dispatches(ts, pid_list)]
+    rows.copies = [_copy(r, agents, strings) for r in _copies(ts, pid_list)]
+    # a stack id links a dispatch or copy to its API region: HIP regions win over other domains (HSA) sharing it,
+    # and among equals the later (inner) one
     for want_hip in (False, True):
-        for i in launch_idx:
-            stack = reg_rows[i][4]
-            if stack and (strings.get(reg_rows[i][5]) or "").upper().startswith("HIP") == want_hip:
-                by_stack[stack] = i
-    used = {by_stack[r[-1]] for rows in (k_rows, c_rows) for r in rows if r[-1] in by_stack}
-    keep = [i for i in launch_idx if i in used or _LAUNCH_API.match(strings.get(reg_rows[i][3]) or "")]
-    first_launch = b.n("launches")
-    launch_row = {i: first_launch + j for j, i in enumerate(keep)}
-    extend(b, "launches", len(keep), rank=[rank] * len(keep),
-           tid=[threads.get(reg_rows[i][0], reg_rows[i][0]) for i in keep],
-           start_ns=[reg_rows[i][1] for i in keep], dur_ns=[reg_rows[i][2] - reg_rows[i][1] for i in keep],
-           name=[strings.get(reg_rows[i][3]) for i in keep], correlation=[reg_rows[i][4] for i in keep])
+        for i, c in enumerate(rows.calls):
+            if c.corr and hip[i] == want_hip:
+                rows.owner[c.corr] = i
+    rows.keep = issuing(rows.calls, _LAUNCH_API.match, owner=rows.owner, rows=rows.kernels + rows.copies)
+    return fill(b, rank, rows)
 
-    def _launch_of(stack: int | None) -> int:
-        i = by_stack.get(stack) if stack else None
-        return launch_row.get(i, -1) if i is not None else -1
 
-    # kernels
-    nk = len(k_rows)
-    if nk:
-        k_launch = [_launch_of(r[-1]) for r in k_rows]
-        linked = sum(1 for x in k_launch if x >= 0)
-        if linked < nk:
-            warnings.append(f"rank {rank}: {nk - linked} of {nk} kernels have no launching API call "
-                            "(run rocprofv3 with --hip-trace to link them)")
-        l_tid = b.cols["launches"]["tid"]
-        l_start = b.cols["launches"]["start_ns"]
-        scope, path, phase, step = attribute(nest, [l_tid[x] if x >= 0 else -1 for x in k_launch],
-                                             [l_start[x] if x >= 0 else -1 for x in k_launch])
+class _Region(NamedTuple):
+    tid: int | None
+    start: int
+    end: int
+    name_id: int | None
+    stack_id: int | None
+    category_id: int | None
 
-        def wg(grid: Any, block: Any) -> int:
-            if grid is None:
-                return -1
-            if not block:
-                return int(grid)
-            return -(-int(grid) // int(block))
 
-        extend(b, "kernels", nk, rank=[rank] * nk,
-               device=[agents.get(r[0], {}).get("index", -1) for r in k_rows],
-               stream=[r[1] if r[1] is not None else r[2] for r in k_rows],
-               start_ns=[r[3] for r in k_rows], dur_ns=[r[4] - r[3] for r in k_rows],
-               name=[(r[12] or (r[13][:-3] if r[13] and r[13].endswith(".kd") else r[13]) or f"kernel_{r[11]}")
-                     for r in k_rows],
-               grid_x=[wg(r[5], r[8]) for r in k_rows], grid_y=[wg(r[6], r[9]) for r in k_rows],
-               grid_z=[wg(r[7], r[10]) for r in k_rows],
-               block_x=[r[8] for r in k_rows], block_y=[r[9] for r in k_rows], block_z=[r[10] for r in k_rows],
-               correlation=[r[-1] for r in k_rows], launch=k_launch, scope=scope, scope_path=path, phase=phase,
-               step=step)
+class _Dispatch(NamedTuple):
+    agent_id: int | None
+    stream_id: int | None
+    queue_id: int | None
+    start: int
+    end: int
+    grid_size_x: int | None
+    grid_size_y: int | None
+    grid_size_z: int | None
+    workgroup_size_x: int | None
+    workgroup_size_y: int | None
+    workgroup_size_z: int | None
+    kernel_id: int | None
+    display_name: str | None
+    kernel_name: str | None
+    stack_id: int | None
 
-    # memcpy
-    nc = len(c_rows)
-    if nc:
-        c_launch = [_launch_of(r[-1]) for r in c_rows]
-        l_tid = b.cols["launches"]["tid"]
-        l_start = b.cols["launches"]["start_ns"]
-        scope, _path, phase, step = attribute(nest, [l_tid[x] if x >= 0 else -1 for x in c_launch],
-                                              [l_start[x] if x >= 0 else -1 for x in c_launch])
-        dirs, devs = [], []
-        for r in c_rows:
-            src, dst = agents.get(r[3], {}), agents.get(r[4], {})
-            d = _direction(src.get("type"), dst.get("type"), strings.get(r[2]) or "")
-            dirs.append(d)
-            devs.append(dst.get("index", -1) if dst.get("type") == "GPU" else src.get("index", -1))
-        extend(b, "memcpy", nc, rank=[rank] * nc, device=devs,
-               stream=[r[6] if r[6] is not None else r[7] for r in c_rows],
-               start_ns=[r[0] for r in c_rows], dur_ns=[r[1] - r[0] for r in c_rows], kind=["memcpy"] * nc,
-               direction=dirs, bytes=[r[5] for r in c_rows], name=[strings.get(r[2]) for r in c_rows],
-               correlation=[r[-1] for r in c_rows], launch=c_launch, scope=scope, phase=phase, step=step)
 
-    # collectives: RCCL API regions when traced, else communication kernels by name
-    k_first = b.n("kernels") - nk
-    if rccl_idx:
-        rows = [(i, collective_name(strings.get(reg_rows[i][3]) or "")) for i in rccl_idx]
-        rows = [(i, c) for i, c in rows if c]
-        tids = [threads.get(reg_rows[i][0], reg_rows[i][0]) for i, _ in rows]
-        starts = [reg_rows[i][1] for i, _ in rows]
-        _s, _p, phase, step = attribute(nest, tids, starts)
-        extend(b, "collectives", len(rows), rank=[rank] * len(rows), start_ns=starts,
-               dur_ns=[reg_rows[i][2] - reg_rows[i][1] for i, _ in rows], name=[c for _, c in rows],
-               phase=phase, step=step)
-    else:
-        add_comm_kernels(b, k_first, nk)
-    return warnings
+class _MemCopy(NamedTuple):
+    start: int
+    end: int
+    name_id: int | None
+    src_agent_id: int | None
+    dst_agent_id: int | None
+    size: int | None
+    stream_id: int | None
+    queue_id: int | None
+    stack_id: int | None
+
+
+def _event_join(ts: _Tables, base: str, alias: str) -> tuple[str, str]:
+    """LEFT JOIN of the event table (stack / category ids) when `base` rows carry an event id."""
+    ev = ts.name("event")
+    if ev and "event_id" in ts.cols(base):
+        return f"LEFT JOIN `{ev}` e ON e.id = {alias}.event_id", "e.stack_id, e.category_id"
+    return "", "NULL, NULL"
+
+
+def _regions(ts: _Tables, pid_list: str) -> list[_Region]:
+    """API regions and markers, by start time."""
+    if not ts.name("region"):
+        return []
+    join, ev_cols = _event_join(ts, "region", "r")
+    return [_Region._make(r) for r in ts.q(
+        f'SELECT r.tid, r.start, r."end", r.name_id, {ev_cols} FROM `{ts.name("region")}` r {join} '
+        f'WHERE r.pid IN ({pid_list}) ORDER BY r.start')]
+
+
+def _dispatches(ts: _Tables, pid_list: str) -> list[_Dispatch]:
+    kd = ts.name("kernel_dispatch")
+    if not kd:
+        return []
+    sym = ts.name("info_kernel_symbol")
+    sym_join = f'LEFT JOIN `{sym}` s ON s.id = k.kernel_id' if sym else ""
+    sym_cols = _sel(ts, "info_kernel_symbol", "s", ["display_name", "kernel_name"]) if sym else "NULL, NULL"
+    join, ev_cols = _event_join(ts, "kernel_dispatch", "k")
+    kcols = _sel(ts, "kernel_dispatch", "k", list(_Dispatch._fields[:12]))
+    return [_Dispatch._make(r) for r in ts.q(
+        f'SELECT {kcols}, {sym_cols}, {ev_cols.split(",")[0]} FROM `{kd}` k {sym_join} {join} '
+        f'WHERE k.pid IN ({pid_list}) ORDER BY k.start')]
+
+
+def _copies(ts: _Tables, pid_list: str) -> list[_MemCopy]:
+    mc = ts.name("memory_copy")
+    if not mc:
+        return []
+    join, ev_cols = _event_join(ts, "memory_copy", "m")
+    ccols = _sel(ts, "memory_copy", "m", list(_MemCopy._fields[:8]))
+    return [_MemCopy._make(r) for r in ts.q(
+        f'SELECT {ccols}, {ev_cols.split(",")[0]} FROM `{mc}` m {join} WHERE m.pid IN ({pid_list}) ORDER BY m.start')]
+
+
+def _workgroups(grid: Any, block: Any) -> int:
+    """rocpd grid sizes are work-items: the Profile's grid is workgroups (rounded up)."""
+    if grid is None:
+        return -1
+    if not block:
+        return int(grid)
+    return -(-int(grid) // int(block))
+
+
+def _kernel(r: _Dispatch, agents: dict[int, dict[str, Any]]) -> Kernel:
+    sym = r.kernel_name[:-3] if r.kernel_name and r.kernel_name.endswith(".kd") else r.kernel_name
+    return Kernel(r.start, r.end, agents.get(r.agent_id, {}).get("index", -1),
+                  r.stream_id if r.stream_id is not None else r.queue_id, r.stack_id,
+                  r.display_name or sym or f"kernel_{r.kernel_id}",
+                  _workgroups(r.grid_size_x, r.workgroup_size_x), _workgroups(r.grid_size_y, r.workgroup_size_y),
+                  _workgroups(r.grid_size_z, r.workgroup_size_z),
+                  r.workgroup_size_x, r.workgroup_size_y, r.workgroup_size_z)
+
+
+def _copy(r: _MemCopy, agents: dict[int, dict[str, Any]], strings: dict[int, str]) -> Copy:
+    src, dst = agents.get(r.src_agent_id, {}), agents.get(r.dst_agent_id, {})
+    name = strings.get(r.name_id)
+    return Copy(r.start, r.end, dst.get("index", -1) if dst.get("type") == "GPU" else src.get("index", -1),
+                r.stream_id if r.stream_id is not None else r.queue_id, r.stack_id, "memcpy",
+                _direction(src.get("type"), dst.get("type"), name or ""), r.size, name)
 
 
 def _direction(src_type: str | None, dst_type: str | None, name: str) -> str | None:

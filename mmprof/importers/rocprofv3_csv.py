@@ -19,17 +19,8 @@ from typing import Any
 from mmprof.errors import BadInput
 from mmprof.fileio import check_events, read_bytes
 from mmprof.importers._devices import describe_device
-from mmprof.importers._timeline import (
-    add_comm_kernels,
-    add_scopes,
-    assign_ranks,
-    attribute,
-    base_meta,
-    collective_name,
-    drop_idle,
-    extend,
-    finish,
-)
+from mmprof.importers._ranges import Call, Copy, Kernel, Marker, RangeRows, fill, first_owner, issuing
+from mmprof.importers._timeline import assign_ranks, base_meta, collective_name, drop_idle, finish
 from mmprof.importers._nesting import _to_int
 from mmprof.labels import rank_from_name
 from mmprof.profiles.model import Profile, ProfileBuilder
@@ -189,10 +180,34 @@ def _import_group(paths: list[Path], rank: int, b: ProfileBuilder, cache: dict[P
             warnings.append(f"{p.name}: not a rocprofv3 trace CSV this importer reads; skipped")
     import pandas as pd
 
-    # ---- agents -> devices ----------------------------------------------------------------------------
+    devices, agent_index = _agents(agents)
+
+    def dev(agent_ids: list[int]) -> list[int]:
+        return [agent_index.get(x, x) for x in agent_ids]
+
+    rows = RangeRows(scope_source="roctx")
+    api = pd.concat(apis, ignore_index=True) if apis else None
+    if api is not None and len(api):
+        _api_rows(api, rows)
+    rows.kernels = _kernels(pd.concat(kernels, ignore_index=True), dev) if kernels else []
+    rows.copies = _copies(pd.concat(copies, ignore_index=True), agent_index) if copies else []
+    # in CSV output the Correlation_Id IS the link: every call sharing a kernel's or copy's id is kept, the first
+    # one (with an id) is the one that issued it
+    keys = set()
+    for df in kernels + copies:
+        if "Correlation_Id" in df.columns:
+            keys.update(_ints(df["Correlation_Id"]))
+    rows.keep = issuing(rows.calls, _LAUNCH_API.search, keys=keys)
+    rows.owner = first_owner(rows.calls, rows.keep, valid=lambda c: c >= 0)
+    if api is not None:
+        rows.unlinked = "have no API call with their Correlation_Id"
+    return warnings + fill(b, rank, rows), devices
+
+
+def _agents(agents: list[Any]) -> tuple[list[dict], dict[int, int]]:
+    """Devices of the agent_info files, and agent id -> GPU index."""
     devices: list[dict] = []
     agent_index: dict[int, int] = {}
-    agent_type: dict[int, str] = {}
     for a in agents:
         node = _ints(_col(a, "Node_Id", "Agent_Id", "Absolute_Index"))
         type_col = _col(a, "Agent_Type", "Type")
@@ -202,7 +217,6 @@ def _import_group(paths: list[Path], rank: int, b: ProfileBuilder, cache: dict[P
         gpu_seen = 0
         for i, (n, t) in enumerate(zip(node, typ)):
             is_gpu = "GPU" in t or t == "2"
-            agent_type[n] = "GPU" if is_gpu else "CPU"
             if is_gpu:
                 idx = tidx[i] if tidx is not None and tidx[i] >= 0 else gpu_seen
                 gpu_seen += 1
@@ -213,101 +227,58 @@ def _import_group(paths: list[Path], rank: int, b: ProfileBuilder, cache: dict[P
                 devices.append({"index": idx, **describe_device(
                     name=name.iloc[i] if name is not None else None, arch=arch.iloc[i] if arch is not None else None,
                     vendor="amd", cus=int(cus.iloc[i]) if cus is not None and str(cus.iloc[i]).isdigit() else None)})
+    return devices, agent_index
 
-    def dev(agent_ids: list[int]) -> list[int]:
-        return [agent_index.get(x, x) for x in agent_ids]
 
-    # ---- API calls, markers, RCCL ------------------------------------------------------------------------
-    api = pd.concat(apis, ignore_index=True) if apis else None
-    nest = None
-    launch_by_corr: dict[int, int] = {}
-    launch_tid: list[int] = []
-    launch_start: list[int] = []
-    if api is not None and len(api):
-        domain = api["Domain"].fillna("").astype(str).str.upper()
-        is_marker = domain.str.startswith("MARKER").tolist()
-        is_rccl = domain.str.contains("RCCL|NCCL").tolist()
-        tid = _ints(_col(api, "Thread_Id"))
-        start = _ints(api["Start_Timestamp"])
-        end = _ints(api["End_Timestamp"])
-        corr = _ints(_col(api, "Correlation_Id")) if "Correlation_Id" in api.columns else [-1] * len(api)
-        func = api["Function"].fillna("").astype(str).tolist()
-        mi = [i for i, m in enumerate(is_marker) if m]
-        if mi:
-            nest = add_scopes(b, rank, [tid[i] for i in mi], [start[i] for i in mi], [end[i] for i in mi],
-                              [func[i] for i in mi], "roctx")
-        gpu_corr = set()
-        for df in kernels + copies:
-            if "Correlation_Id" in df.columns:
-                gpu_corr.update(_ints(df["Correlation_Id"]))
-        keep = [i for i in range(len(api)) if not is_marker[i] and not is_rccl[i]
-                and (corr[i] in gpu_corr or _LAUNCH_API.search(func[i]))]
-        first = b.n("launches")
-        extend(b, "launches", len(keep), rank=[rank] * len(keep), tid=[tid[i] for i in keep],
-               start_ns=[start[i] for i in keep], dur_ns=[end[i] - start[i] for i in keep],
-               name=[func[i] for i in keep], correlation=[corr[i] for i in keep])
-        for j, i in enumerate(keep):
-            if corr[i] >= 0:
-                launch_by_corr.setdefault(corr[i], first + j)
-        launch_tid, launch_start = b.cols["launches"]["tid"], b.cols["launches"]["start_ns"]
-        ri = [i for i in range(len(api)) if is_rccl[i] and collective_name(func[i])]
-        if ri:
-            s, _p, ph, st = attribute(nest, [tid[i] for i in ri], [start[i] for i in ri])
-            extend(b, "collectives", len(ri), rank=[rank] * len(ri), start_ns=[start[i] for i in ri],
-                   dur_ns=[end[i] - start[i] for i in ri], name=[collective_name(func[i]) for i in ri],
-                   phase=ph, step=st)
+def _api_rows(api: Any, rows: RangeRows) -> None:
+    """HIP calls, roctx markers and RCCL calls of the API trace files."""
+    domain = api["Domain"].fillna("").astype(str).str.upper()
+    is_marker = domain.str.startswith("MARKER").tolist()
+    is_rccl = domain.str.contains("RCCL|NCCL").tolist()
+    tid = _ints(_col(api, "Thread_Id"))
+    start = _ints(api["Start_Timestamp"])
+    end = _ints(api["End_Timestamp"])
+    corr = _ints(_col(api, "Correlation_Id")) if "Correlation_Id" in api.columns else [-1] * len(api)
+    func = api["Function"].fillna("").astype(str).tolist()
+    for i in range(len(api)):
+        if is_marker[i]:
+            rows.markers.append(Marker(tid[i], start[i], end[i], func[i]))
+        elif is_rccl[i]:
+            if collective_name(func[i]):
+                rows.collectives = rows.collectives or []
+                rows.collectives.append(Call(tid[i], start[i], end[i], collective_name(func[i]), corr[i]))
+        else:
+            rows.calls.append(Call(tid[i], start[i], end[i], func[i], corr[i]))
 
-    def link(corr: list[int]) -> tuple[list[int], list, list, list, list]:
-        launch = [launch_by_corr.get(c, -1) for c in corr]
-        s, p, ph, st = attribute(nest, [launch_tid[x] if x >= 0 else -1 for x in launch],
-                                 [launch_start[x] if x >= 0 else -1 for x in launch])
-        return launch, s, p, ph, st
 
-    # ---- kernels ----------------------------------------------------------------------------------------
-    if kernels:
-        k = pd.concat(kernels, ignore_index=True)
-        n = len(k)
-        corr = _ints(k["Correlation_Id"]) if "Correlation_Id" in k.columns else [-1] * n
-        launch, scope, path, phase, step = link(corr)
-        start, end = _ints(k["Start_Timestamp"]), _ints(k["End_Timestamp"])
-        wg = [_ints(_col(k, f"Workgroup_Size_{a}")) if f"Workgroup_Size_{a}" in k.columns else [-1] * n for a in "XYZ"]
-        gr = [_ints(_col(k, f"Grid_Size_{a}")) if f"Grid_Size_{a}" in k.columns else [-1] * n for a in "XYZ"]
-        grid = [[(-(-g // w) if g >= 0 and w > 0 else g) for g, w in zip(gr[a], wg[a])] for a in range(3)]
-        names = k["Kernel_Name"].fillna("").astype(str).tolist() if "Kernel_Name" in k.columns else \
-            [f"kernel_{x}" for x in _ints(k["Kernel_Id"])]
-        stream = _col(k, "Stream_Id", "Queue_Id")
-        first = b.n("kernels")
-        extend(b, "kernels", n, rank=[rank] * n,
-               device=dev(_agent_nums(k["Agent_Id"])) if "Agent_Id" in k.columns else [-1] * n,
-               stream=_ints(stream) if stream is not None else [-1] * n, start_ns=start,
-               dur_ns=[e - s for s, e in zip(start, end)], name=names, grid_x=grid[0], grid_y=grid[1],
-               grid_z=grid[2], block_x=wg[0], block_y=wg[1], block_z=wg[2], correlation=corr, launch=launch,
-               scope=scope, scope_path=path, phase=phase, step=step)
-        if b.n("collectives") == 0:
-            add_comm_kernels(b, first, n)
-        if api is not None and sum(1 for x in launch if x < 0):
-            warnings.append(f"rank {rank}: {sum(1 for x in launch if x < 0)} of {n} kernels have no API call with "
-                            "their Correlation_Id")
+def _kernels(k: Any, dev: Any) -> list[Kernel]:
+    n = len(k)
+    corr = _ints(k["Correlation_Id"]) if "Correlation_Id" in k.columns else [-1] * n
+    start, end = _ints(k["Start_Timestamp"]), _ints(k["End_Timestamp"])
+    wg = [_ints(_col(k, f"Workgroup_Size_{a}")) if f"Workgroup_Size_{a}" in k.columns else [-1] * n for a in "XYZ"]
+    gr = [_ints(_col(k, f"Grid_Size_{a}")) if f"Grid_Size_{a}" in k.columns else [-1] * n for a in "XYZ"]
+    grid = [[(-(-g // w) if g >= 0 and w > 0 else g) for g, w in zip(gr[a], wg[a])] for a in range(3)]
+    names = k["Kernel_Name"].fillna("").astype(str).tolist() if "Kernel_Name" in k.columns else \
+        [f"kernel_{x}" for x in _ints(k["Kernel_Id"])]
+    stream = _col(k, "Stream_Id", "Queue_Id")
+    device = dev(_agent_nums(k["Agent_Id"])) if "Agent_Id" in k.columns else [-1] * n
+    stream = _ints(stream) if stream is not None else [-1] * n
+    return list(map(Kernel, start, end, device, stream, corr, names, *grid, *wg))
 
-    # ---- memory copies ----------------------------------------------------------------------------------
-    if copies:
-        c = pd.concat(copies, ignore_index=True)
-        n = len(c)
-        corr = _ints(c["Correlation_Id"]) if "Correlation_Id" in c.columns else [-1] * n
-        launch, scope, _path, phase, step = link(corr)
-        start, end = _ints(c["Start_Timestamp"]), _ints(c["End_Timestamp"])
-        direction = c["Direction"].fillna("").astype(str).tolist() if "Direction" in c.columns else [""] * n
-        src = _agent_nums(c["Source_Agent_Id"]) if "Source_Agent_Id" in c.columns else [-1] * n
-        dst = _agent_nums(c["Destination_Agent_Id"]) if "Destination_Agent_Id" in c.columns else [-1] * n
-        dirs = [_direction(d) for d in direction]
-        devs = [agent_index.get(s_, s_) if d == "DtoH" else agent_index.get(t, t) for d, s_, t in zip(dirs, src, dst)]
-        size = _col(c, "Size", "Bytes", "Copy_Bytes")
-        extend(b, "memcpy", n, rank=[rank] * n, device=devs,
-               stream=_ints(c["Stream_Id"]) if "Stream_Id" in c.columns else [-1] * n, start_ns=start,
-               dur_ns=[e - s for s, e in zip(start, end)], kind=["memcpy"] * n, direction=dirs,
-               bytes=_ints(size) if size is not None else [-1] * n, name=[d or None for d in direction],
-               correlation=corr, launch=launch, scope=scope, phase=phase, step=step)
-    return warnings, devices
+
+def _copies(c: Any, agent_index: dict[int, int]) -> list[Copy]:
+    n = len(c)
+    corr = _ints(c["Correlation_Id"]) if "Correlation_Id" in c.columns else [-1] * n
+    start, end = _ints(c["Start_Timestamp"]), _ints(c["End_Timestamp"])
+    direction = c["Direction"].fillna("").astype(str).tolist() if "Direction" in c.columns else [""] * n
+    src = _agent_nums(c["Source_Agent_Id"]) if "Source_Agent_Id" in c.columns else [-1] * n
+    dst = _agent_nums(c["Destination_Agent_Id"]) if "Destination_Agent_Id" in c.columns else [-1] * n
+    dirs = [_direction(d) for d in direction]
+    devs = [agent_index.get(s_, s_) if d == "DtoH" else agent_index.get(t, t) for d, s_, t in zip(dirs, src, dst)]
+    size = _col(c, "Size", "Bytes", "Copy_Bytes")
+    stream = _ints(c["Stream_Id"]) if "Stream_Id" in c.columns else [-1] * n
+    nbytes = _ints(size) if size is not None else [-1] * n
+    return list(map(Copy, start, end, devs, stream, corr, ["memcpy"] * n, dirs, nbytes, [d or None for d in direction]))
 
 
 def _direction(s: str) -> str | None:

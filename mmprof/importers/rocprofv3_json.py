@@ -20,17 +20,8 @@ from typing import Any
 from mmprof.errors import BadInput
 from mmprof.fileio import read_bytes
 from mmprof.importers._devices import describe_device
-from mmprof.importers._timeline import (
-    add_comm_kernels,
-    add_scopes,
-    assign_ranks,
-    attribute,
-    base_meta,
-    collective_name,
-    drop_idle,
-    extend,
-    finish,
-)
+from mmprof.importers._ranges import Call, Copy, Kernel, Marker, RangeRows, fill, first_owner, gpu_keys, issuing
+from mmprof.importers._timeline import assign_ranks, base_meta, collective_name, drop_idle, finish
 from mmprof.labels import rank_from_name
 from mmprof.profiles.model import Profile, ProfileBuilder
 
@@ -103,7 +94,6 @@ def _marker_messages(raw: Any) -> dict[int, str]:
 
 
 def _import_process(proc: dict[str, Any], rank: int, b: ProfileBuilder) -> tuple[list[str], list[dict]]:
-    warnings: list[str] = []
     names = _Names((proc.get("strings") or {}).get("buffer_records"))
     recs = proc.get("buffer_records") or {}
     agents = {}
@@ -127,99 +117,63 @@ def _import_process(proc: dict[str, Any], rank: int, b: ProfileBuilder) -> tuple
 
     # markers -> scopes (message by correlation id; the operation name otherwise)
     messages = _marker_messages((proc.get("strings") or {}).get("marker_api"))
-    mk = [r for r in recs.get("marker_api") or [] if r.get("start_timestamp") is not None]
-    nest = None
-    if mk:
-        mk.sort(key=lambda r: r["start_timestamp"])
-        nest = add_scopes(b, rank, [int(r.get("thread_id", -1)) for r in mk], [int(r["start_timestamp"]) for r in mk],
-                          [int(r.get("end_timestamp", r["start_timestamp"])) for r in mk],
-                          [messages.get(_corr(r)) or names.op(r.get("kind"), r.get("operation")) or "" for r in mk],
-                          "roctx")
-
+    mk = sorted((r for r in recs.get("marker_api") or [] if r.get("start_timestamp") is not None),
+                key=lambda r: r["start_timestamp"])
+    rows = RangeRows(scope_source="roctx", markers=[
+        Marker(int(r.get("thread_id", -1)), int(r["start_timestamp"]),
+               int(r.get("end_timestamp", r["start_timestamp"])),
+               messages.get(_corr(r)) or names.op(r.get("kind"), r.get("operation")) or "") for r in mk])
     dispatches = recs.get("kernel_dispatch")
     if dispatches is None:
         dispatches = recs.get("kernel_dispatches") or []
-    copies = recs.get("memory_copy") or []
-    gpu_corr = {_corr(r) for r in dispatches} | {_corr(r) for r in copies}
+    rows.kernels = [_kernel(r, agents, symbols) for r in sorted(dispatches, key=lambda r: r.get("start_timestamp", 0))]
+    rows.copies = [_copy(r, agents, names) for r in sorted(recs.get("memory_copy") or [],
+                                                            key=lambda r: r.get("start_timestamp", 0))]
     api = sorted((r for r in recs.get("hip_api") or [] if r.get("start_timestamp") is not None),
                  key=lambda r: r["start_timestamp"])
-    api_names = [names.op(r.get("kind"), r.get("operation")) or "" for r in api]
-    keep = [i for i, r in enumerate(api) if _corr(r) in gpu_corr or _LAUNCH_API.search(api_names[i])]
-    first = b.n("launches")
-    extend(b, "launches", len(keep), rank=[rank] * len(keep), tid=[int(api[i].get("thread_id", -1)) for i in keep],
-           start_ns=[int(api[i]["start_timestamp"]) for i in keep],
-           dur_ns=[int(api[i]["end_timestamp"]) - int(api[i]["start_timestamp"]) for i in keep],
-           name=[api_names[i] for i in keep], correlation=[_corr(api[i]) for i in keep])
-    by_corr: dict[int, int] = {}
-    for j, i in enumerate(keep):
-        by_corr.setdefault(_corr(api[i]), first + j)
-    l_tid, l_start = b.cols["launches"]["tid"], b.cols["launches"]["start_ns"]
-
-    def link(rows: list[dict]) -> tuple:
-        launch = [by_corr.get(_corr(r), -1) for r in rows]
-        return (launch, *attribute(nest, [l_tid[x] if x >= 0 else -1 for x in launch],
-                                   [l_start[x] if x >= 0 else -1 for x in launch]))
-
-    kd = sorted(dispatches, key=lambda r: r.get("start_timestamp", 0))
-    n = len(kd)
-    if n:
-        info = [r.get("dispatch_info") or r for r in kd]
-        launch, scope, path, phase, step = link(kd)
-        wg = [[int((i.get("workgroup_size") or {}).get(a, -1)) for i in info] for a in "xyz"]
-        gr = [[int((i.get("grid_size") or {}).get(a, -1)) for i in info] for a in "xyz"]
-        grid = [[(-(-g // w) if g >= 0 and w > 0 else g) for g, w in zip(gr[a], wg[a])] for a in range(3)]
-        k_first = b.n("kernels")
-        extend(b, "kernels", n, rank=[rank] * n,
-               device=[agents.get(_handle(i.get("agent_id")), {}).get("index", -1) for i in info],
-               stream=[_handle(r.get("stream_id")) if r.get("stream_id") is not None else _handle(i.get("queue_id"))
-                       for r, i in zip(kd, info)],
-               start_ns=[int(r["start_timestamp"]) for r in kd],
-               dur_ns=[int(r["end_timestamp"]) - int(r["start_timestamp"]) for r in kd],
-               name=[symbols.get(i.get("kernel_id")) or f"kernel_{i.get('kernel_id')}" for i in info],
-               grid_x=grid[0], grid_y=grid[1], grid_z=grid[2], block_x=wg[0], block_y=wg[1], block_z=wg[2],
-               correlation=[_corr(r) for r in kd], launch=launch, scope=scope, scope_path=path, phase=phase,
-               step=step)
-        missing = sum(1 for x in launch if x < 0)
-        if missing and api:
-            warnings.append(f"rank {rank}: {missing} of {n} kernels have no HIP call with their correlation id")
-    else:
-        k_first = b.n("kernels")
-
-    if copies:
-        copies = sorted(copies, key=lambda r: r.get("start_timestamp", 0))
-        launch, scope, _p, phase, step = link(copies)
-        dirs, devs = [], []
-        for r in copies:
-            op = names.op(r.get("kind"), r.get("operation")) or ""
-            src = agents.get(_handle(r.get("src_agent_id")), {})
-            dst = agents.get(_handle(r.get("dst_agent_id")), {})
-            d = None
-            for key, val in (("HOST_TO_DEVICE", "HtoD"), ("DEVICE_TO_HOST", "DtoH"), ("DEVICE_TO_DEVICE", "DtoD"),
-                             ("HOST_TO_HOST", "HtoH"), ("PEER", "PtoP")):
-                if key in op.upper():
-                    d = val
-            if d is None and src and dst:
-                d = f"{'D' if src['gpu'] else 'H'}to{'D' if dst['gpu'] else 'H'}"
-            dirs.append(d)
-            devs.append(dst.get("index", -1) if dst.get("gpu") else src.get("index", -1))
-        m = len(copies)
-        extend(b, "memcpy", m, rank=[rank] * m, device=devs, start_ns=[int(r["start_timestamp"]) for r in copies],
-               dur_ns=[int(r["end_timestamp"]) - int(r["start_timestamp"]) for r in copies], kind=["memcpy"] * m,
-               direction=dirs, bytes=[int(r.get("bytes", -1)) for r in copies],
-               name=[names.op(r.get("kind"), r.get("operation")) for r in copies],
-               correlation=[_corr(r) for r in copies], launch=launch, scope=scope, phase=phase, step=step)
-
+    rows.calls = [Call(int(r.get("thread_id", -1)), int(r["start_timestamp"]), int(r["end_timestamp"]),
+                       names.op(r.get("kind"), r.get("operation")) or "", _corr(r)) for r in api]
+    # the internal correlation id links a dispatch or copy to its HIP call: every call sharing one is kept, the
+    # first is the one that issued it
+    rows.keep = issuing(rows.calls, _LAUNCH_API.search, keys=gpu_keys(rows.kernels, rows.copies))
+    rows.owner = first_owner(rows.calls, rows.keep, valid=lambda c: True)
+    rows.unlinked = "have no HIP call with their correlation id" if api else None
     rccl = [r for r in recs.get("rccl_api") or [] if collective_name(names.op(r.get("kind"), r.get("operation")) or "")]
     if rccl:
-        _s, _p, ph, st = attribute(nest, [int(r.get("thread_id", -1)) for r in rccl],
-                                   [int(r["start_timestamp"]) for r in rccl])
-        extend(b, "collectives", len(rccl), rank=[rank] * len(rccl), start_ns=[int(r["start_timestamp"]) for r in rccl],
-               dur_ns=[int(r["end_timestamp"]) - int(r["start_timestamp"]) for r in rccl],
-               name=[collective_name(names.op(r.get("kind"), r.get("operation")) or "") for r in rccl],
-               phase=ph, step=st)
-    else:
-        add_comm_kernels(b, k_first, n)
-    return warnings, devices
+        rows.collectives = [Call(int(r.get("thread_id", -1)), int(r["start_timestamp"]), int(r["end_timestamp"]),
+                                 collective_name(names.op(r.get("kind"), r.get("operation")) or ""), _corr(r))
+                            for r in rccl]
+    return fill(b, rank, rows), devices
+
+
+_DIRECTIONS = (("HOST_TO_DEVICE", "HtoD"), ("DEVICE_TO_HOST", "DtoH"), ("DEVICE_TO_DEVICE", "DtoD"),
+               ("HOST_TO_HOST", "HtoH"), ("PEER", "PtoP"))
+
+
+def _kernel(r: dict, agents: dict[Any, dict], symbols: dict[Any, str]) -> Kernel:
+    i = r.get("dispatch_info") or r
+    wg = [int((i.get("workgroup_size") or {}).get(a, -1)) for a in "xyz"]
+    gr = [int((i.get("grid_size") or {}).get(a, -1)) for a in "xyz"]
+    grid = [(-(-g // w) if g >= 0 and w > 0 else g) for g, w in zip(gr, wg)]
+    stream = _handle(r.get("stream_id")) if r.get("stream_id") is not None else _handle(i.get("queue_id"))
+    return Kernel(int(r["start_timestamp"]), int(r["end_timestamp"]),
+                  agents.get(_handle(i.get("agent_id")), {}).get("index", -1), stream, _corr(r),
+                  symbols.get(i.get("kernel_id")) or f"kernel_{i.get('kernel_id')}", *grid, *wg)
+
+
+def _copy(r: dict, agents: dict[Any, dict], names: _Names) -> Copy:
+    op = names.op(r.get("kind"), r.get("operation")) or ""
+    src = agents.get(_handle(r.get("src_agent_id")), {})
+    dst = agents.get(_handle(r.get("dst_agent_id")), {})
+    d = None
+    for key, val in _DIRECTIONS:
+        if key in op.upper():
+            d = val
+    if d is None and src and dst:
+        d = f"{'D' if src['gpu'] else 'H'}to{'D' if dst['gpu'] else 'H'}"
+    return Copy(int(r["start_timestamp"]), int(r["end_timestamp"]),
+                dst.get("index", -1) if dst.get("gpu") else src.get("index", -1), None, _corr(r), "memcpy", d,
+                int(r.get("bytes", -1)), names.op(r.get("kind"), r.get("operation")))
 
 
 def load(files: list[Path], rank: int | None = None) -> Profile:

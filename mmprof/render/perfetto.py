@@ -207,6 +207,37 @@ def _dumps(events: list[dict]) -> bytes:
     return orjson.dumps(events)[1:-1] if events else b""
 
 
+class _Doc:
+    """What the track generators share: the profile, its event frame and tracks, the time origin, the full-name
+    policy, the counts for `stats`, the progress callback, and the separator between pieces."""
+
+    def __init__(self, profile, ev: EventFrame, policy: str, progress: Progress | None) -> None:
+        self.p, self.ev, self.policy, self.progress = profile, ev, policy, progress
+        self.T = profile.tables
+        self.t0 = _t0(profile)
+        self.tracks = _Tracks(profile, ev)
+        self.st = {"events": 0, "device_events": 0, "ops": 0, "launches": 0, "scopes": 0, "flows": 0,
+                   "counters": 0, "ranks": len(self.tracks.ranks), "full_names": policy}
+        self.total = len(ev) + profile.n("ops") + profile.n("launches") + profile.n("scopes")
+        self.done = 0
+        self.first = True
+
+    def tick(self, stage: str, n: int) -> None:
+        self.done += n
+        if self.progress is not None:
+            self.progress(stage, self.done, self.total)
+
+    def piece(self, events: list[dict]) -> bytes:
+        """Events as a piece of the traceEvents array (with the comma that joins it to the previous piece)."""
+        self.st["events"] += len(events)
+        body = _dumps(events)
+        if not body:
+            return b""
+        out = body if self.first else b",\n" + body
+        self.first = False
+        return out
+
+
 def trace_chunks(profile, full_names: str = "auto", progress: Progress | None = None,
                  stats: dict | None = None, cpu: bool = True) -> Iterator[bytes]:
     """The trace document as byte pieces (see the module docstring); `stats` receives the counts. `cpu=False`
@@ -215,191 +246,199 @@ def trace_chunks(profile, full_names: str = "auto", progress: Progress | None = 
     if full_names not in ("auto", "every", "first"):
         raise BadInput(f"full_names must be auto, every or first, not {full_names!r}")
     ev = events_of(profile)
-    p = profile
-    T = p.tables
-    if not len(ev) and not p.n("ops") and not p.n("scopes"):
+    if not len(ev) and not profile.n("ops") and not profile.n("scopes"):
         raise NoEvidence("the profile holds no kernels, copies, ops or annotations: nothing to put on a timeline")
     policy = full_names if full_names != "auto" else ("every" if len(ev) <= FULL_NAMES_EVERY_MAX else "first")
-    t0 = _t0(p)
-    tracks = _Tracks(p, ev)
-    st = {"events": 0, "device_events": 0, "ops": 0, "launches": 0, "scopes": 0, "flows": 0, "counters": 0,
-          "ranks": len(tracks.ranks), "full_names": policy}
-    total = len(ev) + p.n("ops") + p.n("launches") + p.n("scopes")
-    done = 0
-
-    def tick(stage: str, n: int) -> None:
-        nonlocal done
-        done += n
-        if progress is not None:
-            progress(stage, done, total)
-
-    meta = {"mmprof": {"version": __version__, "source": p.meta.get("source", {}).get("format"),
-                       "device_events": ev.source, "t0_ns": t0, "full_names": policy, "cpu_tracks": cpu,
+    d = _Doc(profile, ev, policy, progress)
+    meta = {"mmprof": {"version": __version__, "source": profile.meta.get("source", {}).get("format"),
+                       "device_events": ev.source, "t0_ns": d.t0, "full_names": policy, "cpu_tracks": cpu,
                        "counters": f"'{COUNTER} <category>' is 1 while the category holds the rank "
                                    "(mmprof.analysis.timeline)"}}
     yield (b'{"displayTimeUnit":"ns","metadata":' + orjson.dumps(meta) + b',"traceEvents":[\n')
-    first = [True]
-
-    def piece(events: list[dict]) -> bytes:
-        st["events"] += len(events)
-        body = _dumps(events)
-        if not body:
-            return b""
-        out = body if first[0] else b",\n" + body
-        first[0] = False
-        return out
-
-    yield piece(tracks.meta)
-    # device events: kernels and copies on their streams (a CPU run's compute ops are annotated ops below)
+    yield d.piece(d.tracks.meta)
     frame_args: dict[int, dict] = {}
     if len(ev) and ev.source == "kernels":
-        inv, static, short = _static_args(ev, policy)
-        seen: set[tuple[int, int]] = set()
-        for tbl, code in (("kernels", TABLE_KERNELS), ("memcpy", TABLE_MEMCPY)):
-            sel = np.flatnonzero(ev.table == code)
-            rows = ev.row[sel]
-            tids = tracks.gpu_tids(ev.rank[sel], T[tbl]["device"][rows], ev.stream[sel])
-            coll = _collectives(p) if code == TABLE_KERNELS else {}
-            for lo in range(0, len(sel), CHUNK):
-                idx = sel[lo:lo + CHUNK]
-                dyn = _device_args(ev, idx)
-                ts, dur = _us(ev.start[idx], t0), np.round(np.maximum(ev.dur[idx], 0) / 1000.0, 3).tolist()
-                ranks, u = ev.rank[idx].tolist(), inv[idx].tolist()
-                out = []
-                for i in range(len(idx)):
-                    a = dict(static[u[i]])
-                    a.update(dyn[i])
-                    if "full name" in a and policy == "first":
-                        key = (ranks[i], u[i])
-                        if key in seen:
-                            a["full name"] = "(on the first slice of this name in this process)"
-                        else:
-                            seen.add(key)
-                    c = coll.get(int(rows[lo + i])) if coll else None
-                    if c:
-                        a.update(c)
-                    out.append({"ph": "X", "name": short[u[i]], "cat": a.get("family", "kernel"), "pid": ranks[i] + 1,
-                                "tid": int(tids[lo + i]), "ts": ts[i], "dur": dur[i], "args": a})
-                st["device_events"] += len(out)
-                tick("device events", len(out))
-                yield piece(out)
+        yield from _device_slices(d)
     elif len(ev):
-        inv, static, _ = _static_args(ev, policy)
-        dyn = _device_args(ev, np.arange(len(ev)))
-        for i, row in enumerate(ev.row.tolist()):
-            a = dict(static[inv[i]])
-            a.update(dyn[i])
-            a.pop("full name", None)  # an op's name is its full name
-            frame_args[row] = a
-        st["device_events"] = len(frame_args)
-    # CPU ops
-    O = T["ops"]
-    op_rows = np.arange(p.n("ops")) if cpu else np.array(sorted(frame_args), dtype=np.int64)
-    if len(op_rows):
-        tids = tracks.cpu_tids(O["rank"], O["tid"])
-        for lo in range(0, len(op_rows), CHUNK):
-            r = op_rows[lo:lo + CHUNK]
-            ts, dur = _us(O["start_ns"][r], t0), np.round(np.maximum(O["dur_ns"][r], 0) / 1000.0, 3).tolist()
-            out = []
-            for i, row in enumerate(r.tolist()):
-                a = frame_args.get(row)
-                a = dict(a) if a else {}
-                dims, types = O["input_dims"][row], O["input_types"][row]
-                if dims >= 0 and p.strings[dims] not in ("", "[]"):
-                    a["shapes"] = p.strings[dims]
-                    if types >= 0:
-                        a["dtypes"] = p.strings[types]
-                out.append({"ph": "X", "name": p.string(int(O["name"][row])) or "?",
-                            "cat": "op" if row not in frame_args else f"op,{a.get('family', '')}",
-                            "pid": int(O["rank"][row]) + 1, "tid": int(tids[row]), "ts": ts[i], "dur": dur[i],
-                            **({"args": a} if a else {})})
-            st["ops"] += len(out)
-            tick("CPU ops", len(out))
-            yield piece(out)
-    # launch calls with their flow arrows to the kernels and copies they launched
-    L = T["launches"]
-    if p.n("launches") and cpu:
-        tids = tracks.cpu_tids(L["rank"], L["tid"])
-        ts_all = _us(L["start_ns"], t0)
-        dur_all = np.round(np.maximum(L["dur_ns"], 0) / 1000.0, 3).tolist()
-        names = {i: p.string(int(i)) or "launch" for i in np.unique(L["name"]).tolist()}
-        targets = _launch_targets(p, tracks, t0)
-        flow_id = 0
-        for lo in range(0, p.n("launches"), CHUNK):
-            out = []
-            for row in range(lo, min(lo + CHUNK, p.n("launches"))):
-                pid, tid = int(L["rank"][row]) + 1, int(tids[row])
-                out.append({"ph": "X", "name": names[int(L["name"][row])], "cat": "launch", "pid": pid, "tid": tid,
-                            "ts": ts_all[row], "dur": dur_all[row]})
-                for kpid, ktid, kts in targets.get(row, ()):
-                    flow_id += 1
-                    out.append({"ph": "s", "name": FLOW, "cat": FLOW, "id": flow_id, "pid": pid, "tid": tid,
-                                "ts": ts_all[row]})
-                    out.append({"ph": "f", "bp": "e", "name": FLOW, "cat": FLOW, "id": flow_id, "pid": kpid,
-                                "tid": ktid, "ts": kts})
-            st["launches"] += min(lo + CHUNK, p.n("launches")) - lo
-            tick("launches", min(lo + CHUNK, p.n("launches")) - lo)
-            yield piece(out)
-        st["flows"] = flow_id
-    # scopes: annotations and module frames on their CPU thread (GPU-side ranges on their stream)
-    S = T["scopes"]
-    gpu = (S["stream"] >= 0) & (S["tid"] < 0)
-    if p.n("scopes") and (cpu or gpu.any()):
-        ts_all, dur_all = _us(S["start_ns"], t0), np.round(np.maximum(S["dur_ns"], 0) / 1000.0, 3).tolist()
-        src = {i: p.string(int(i)) for i in np.unique(S["source"]).tolist()}
-        for lo in range(0, p.n("scopes"), CHUNK):
-            out = []
-            for row in range(lo, min(lo + CHUNK, p.n("scopes"))):
-                if not cpu and not gpu[row]:
-                    continue
-                r = int(S["rank"][row])
-                tid = (tracks.gpu[(r, int(S["device"][row]), int(S["stream"][row]))] if gpu[row]
-                       else tracks.cpu[(r, int(S["tid"][row]))])
-                e = {"ph": "X" if dur_all[row] > 0 else "i", "name": p.string(int(S["name"][row])) or "?",
-                     "cat": f"scope,{src[int(S['source'][row])] or 'annotation'}", "pid": r + 1, "tid": tid,
-                     "ts": ts_all[row]}
-                if dur_all[row] > 0:
-                    e["dur"] = dur_all[row]
-                else:
-                    e["s"] = "t"
-                out.append(e)
-            st["scopes"] += len(out)
-            tick("scopes", len(out))
-            yield piece(out)
-    # the timeline categories as counter tracks
+        frame_args = _cpu_frame_args(d)  # a CPU run's compute ops are annotated ops
+    yield from _op_slices(d, frame_args, cpu)
+    if profile.n("launches") and cpu:
+        yield from _launch_slices(d)
+    yield from _scope_slices(d, cpu)
     if len(ev):
-        seg = category_segments(ev)
-        out = []
-        prev: dict[int, tuple[str, float]] = {}  # rank -> (label of its current category, when it ends)
-
-        def close(r: int) -> None:
-            lab, end = prev.pop(r)
-            out.append({"ph": "C", "name": COUNTER, "pid": r + 1, "ts": end, "args": {lab: 0}})
-
-        for r, s, e, c in zip(seg["rank"].tolist(), _us(seg["start_ns"].to_numpy(), t0),
-                              _us(seg["end_ns"].to_numpy(), t0), seg["category"].tolist()):
-            lab = LABELS[c]
-            args = {lab: 1}
-            if r not in prev:  # every series starts at 0 at the rank's first event
-                args = {**{LABELS[k]: 0 for k in LABELS}, lab: 1}
-            elif prev[r][1] == s:  # the previous category ends where this one starts: one point for both
-                args = {prev[r][0]: 0, lab: 1}
-                prev.pop(r)
-            else:
-                close(r)
-            out.append({"ph": "C", "name": COUNTER, "pid": r + 1, "ts": s, "args": args})
-            prev[r] = (lab, e)
-            if len(out) >= CHUNK:
-                st["counters"] += len(out)
-                yield piece(out)
-                out = []
-        for r in list(prev):
-            close(r)
-        st["counters"] += len(out)
-        yield piece(out)
+        yield from _counter_slices(d)
     yield b"\n]}\n"
     if stats is not None:
-        stats.update(st)
+        stats.update(d.st)
+
+
+def _device_slices(d: _Doc) -> Iterator[bytes]:
+    """Kernels and copies as slices on their streams, with their classification and region args."""
+    ev, T, policy = d.ev, d.T, d.policy
+    inv, static, short = _static_args(ev, policy)
+    seen: set[tuple[int, int]] = set()
+    for tbl, code in (("kernels", TABLE_KERNELS), ("memcpy", TABLE_MEMCPY)):
+        sel = np.flatnonzero(ev.table == code)
+        rows = ev.row[sel]
+        tids = d.tracks.gpu_tids(ev.rank[sel], T[tbl]["device"][rows], ev.stream[sel])
+        coll = _collectives(d.p) if code == TABLE_KERNELS else {}
+        for lo in range(0, len(sel), CHUNK):
+            idx = sel[lo:lo + CHUNK]
+            dyn = _device_args(ev, idx)
+            ts, dur = _us(ev.start[idx], d.t0), np.round(np.maximum(ev.dur[idx], 0) / 1000.0, 3).tolist()
+            ranks, u = ev.rank[idx].tolist(), inv[idx].tolist()
+            out = []
+            for i in range(len(idx)):
+                a = dict(static[u[i]])
+                a.update(dyn[i])
+                if "full name" in a and policy == "first":
+                    key = (ranks[i], u[i])
+                    if key in seen:
+                        a["full name"] = "(on the first slice of this name in this process)"
+                    else:
+                        seen.add(key)
+                c = coll.get(int(rows[lo + i])) if coll else None
+                if c:
+                    a.update(c)
+                out.append({"ph": "X", "name": short[u[i]], "cat": a.get("family", "kernel"), "pid": ranks[i] + 1,
+                            "tid": int(tids[lo + i]), "ts": ts[i], "dur": dur[i], "args": a})
+            d.st["device_events"] += len(out)
+            d.tick("device events", len(out))
+            yield d.piece(out)
+
+
+def _cpu_frame_args(d: _Doc) -> dict[int, dict]:
+    """On a CPU run: ops row -> the args of its device event (the outermost compute ops)."""
+    ev = d.ev
+    inv, static, _ = _static_args(ev, d.policy)
+    dyn = _device_args(ev, np.arange(len(ev)))
+    frame_args: dict[int, dict] = {}
+    for i, row in enumerate(ev.row.tolist()):
+        a = dict(static[inv[i]])
+        a.update(dyn[i])
+        a.pop("full name", None)  # an op's name is its full name
+        frame_args[row] = a
+    d.st["device_events"] = len(frame_args)
+    return frame_args
+
+
+def _op_slices(d: _Doc, frame_args: dict[int, dict], cpu: bool) -> Iterator[bytes]:
+    """CPU ops on their threads, with their shapes (and, on a CPU run, their device-event args)."""
+    p, O = d.p, d.T["ops"]
+    op_rows = np.arange(p.n("ops")) if cpu else np.array(sorted(frame_args), dtype=np.int64)
+    if not len(op_rows):
+        return
+    tids = d.tracks.cpu_tids(O["rank"], O["tid"])
+    for lo in range(0, len(op_rows), CHUNK):
+        r = op_rows[lo:lo + CHUNK]
+        ts, dur = _us(O["start_ns"][r], d.t0), np.round(np.maximum(O["dur_ns"][r], 0) / 1000.0, 3).tolist()
+        out = []
+        for i, row in enumerate(r.tolist()):
+            a = frame_args.get(row)
+            a = dict(a) if a else {}
+            dims, types = O["input_dims"][row], O["input_types"][row]
+            if dims >= 0 and p.strings[dims] not in ("", "[]"):
+                a["shapes"] = p.strings[dims]
+                if types >= 0:
+                    a["dtypes"] = p.strings[types]
+            out.append({"ph": "X", "name": p.string(int(O["name"][row])) or "?",
+                        "cat": "op" if row not in frame_args else f"op,{a.get('family', '')}",
+                        "pid": int(O["rank"][row]) + 1, "tid": int(tids[row]), "ts": ts[i], "dur": dur[i],
+                        **({"args": a} if a else {})})
+        d.st["ops"] += len(out)
+        d.tick("CPU ops", len(out))
+        yield d.piece(out)
+
+
+def _launch_slices(d: _Doc) -> Iterator[bytes]:
+    """Launch calls on their threads, with flow arrows to the kernels and copies they launched."""
+    p, L = d.p, d.T["launches"]
+    n = p.n("launches")
+    tids = d.tracks.cpu_tids(L["rank"], L["tid"])
+    ts_all = _us(L["start_ns"], d.t0)
+    dur_all = np.round(np.maximum(L["dur_ns"], 0) / 1000.0, 3).tolist()
+    names = {i: p.string(int(i)) or "launch" for i in np.unique(L["name"]).tolist()}
+    targets = _launch_targets(p, d.tracks, d.t0)
+    flow_id = 0
+    for lo in range(0, n, CHUNK):
+        out = []
+        for row in range(lo, min(lo + CHUNK, n)):
+            pid, tid = int(L["rank"][row]) + 1, int(tids[row])
+            out.append({"ph": "X", "name": names[int(L["name"][row])], "cat": "launch", "pid": pid, "tid": tid,
+                        "ts": ts_all[row], "dur": dur_all[row]})
+            for kpid, ktid, kts in targets.get(row, ()):
+                flow_id += 1
+                out.append({"ph": "s", "name": FLOW, "cat": FLOW, "id": flow_id, "pid": pid, "tid": tid,
+                            "ts": ts_all[row]})
+                out.append({"ph": "f", "bp": "e", "name": FLOW, "cat": FLOW, "id": flow_id, "pid": kpid,
+                            "tid": ktid, "ts": kts})
+        d.st["launches"] += min(lo + CHUNK, n) - lo
+        d.tick("launches", min(lo + CHUNK, n) - lo)
+        yield d.piece(out)
+    d.st["flows"] = flow_id
+
+
+def _scope_slices(d: _Doc, cpu: bool) -> Iterator[bytes]:
+    """Scopes: annotations and module frames on their CPU thread (GPU-side ranges on their stream); zero-length
+    marks as instants."""
+    p, S, tracks = d.p, d.T["scopes"], d.tracks
+    gpu = (S["stream"] >= 0) & (S["tid"] < 0)
+    if not p.n("scopes") or not (cpu or gpu.any()):
+        return
+    ts_all, dur_all = _us(S["start_ns"], d.t0), np.round(np.maximum(S["dur_ns"], 0) / 1000.0, 3).tolist()
+    src = {i: p.string(int(i)) for i in np.unique(S["source"]).tolist()}
+    for lo in range(0, p.n("scopes"), CHUNK):
+        out = []
+        for row in range(lo, min(lo + CHUNK, p.n("scopes"))):
+            if not cpu and not gpu[row]:
+                continue
+            r = int(S["rank"][row])
+            tid = (tracks.gpu[(r, int(S["device"][row]), int(S["stream"][row]))] if gpu[row]
+                   else tracks.cpu[(r, int(S["tid"][row]))])
+            e = {"ph": "X" if dur_all[row] > 0 else "i", "name": p.string(int(S["name"][row])) or "?",
+                 "cat": f"scope,{src[int(S['source'][row])] or 'annotation'}", "pid": r + 1, "tid": tid,
+                 "ts": ts_all[row]}
+            if dur_all[row] > 0:
+                e["dur"] = dur_all[row]
+            else:
+                e["s"] = "t"
+            out.append(e)
+        d.st["scopes"] += len(out)
+        d.tick("scopes", len(out))
+        yield d.piece(out)
+
+
+def _counter_slices(d: _Doc) -> Iterator[bytes]:
+    """The timeline categories as counter tracks: per rank, each category's series is 1 while it holds the rank."""
+    seg = category_segments(d.ev)
+    out: list[dict] = []
+    prev: dict[int, tuple[str, float]] = {}  # rank -> (label of its current category, when it ends)
+
+    def close(r: int) -> None:
+        lab, end = prev.pop(r)
+        out.append({"ph": "C", "name": COUNTER, "pid": r + 1, "ts": end, "args": {lab: 0}})
+
+    for r, s, e, c in zip(seg["rank"].tolist(), _us(seg["start_ns"].to_numpy(), d.t0),
+                          _us(seg["end_ns"].to_numpy(), d.t0), seg["category"].tolist()):
+        lab = LABELS[c]
+        args = {lab: 1}
+        if r not in prev:  # every series starts at 0 at the rank's first event
+            args = {**{LABELS[k]: 0 for k in LABELS}, lab: 1}
+        elif prev[r][1] == s:  # the previous category ends where this one starts: one point for both
+            args = {prev[r][0]: 0, lab: 1}
+            prev.pop(r)
+        else:
+            close(r)
+        out.append({"ph": "C", "name": COUNTER, "pid": r + 1, "ts": s, "args": args})
+        prev[r] = (lab, e)
+        if len(out) >= CHUNK:
+            d.st["counters"] += len(out)
+            yield d.piece(out)
+            out = []
+    for r in list(prev):
+        close(r)
+    d.st["counters"] += len(out)
+    yield d.piece(out)
 
 
 def _collectives(p) -> dict[int, dict]:

@@ -31,7 +31,7 @@ torch is imported lazily: importing this package only loads config/tp; the rest 
 
 from __future__ import annotations
 
-from .config import PRESETS, ModelArgs, Switches, from_hf_config, get_preset, load_config, to_spec
+from .config import PRESETS, ModelArgs, Switches, SwitchSpec, from_hf_config, get_preset, load_config, to_spec
 from .tp import ShardPlan, ShardRefused, shard_plan
 
 _LAZY = {
@@ -42,7 +42,7 @@ _LAZY = {
     "init_distributed": ".dist", "analytic": ".shapes", "layer_kinds": ".shapes", "GraphRunner": ".graphs",
 }
 
-__all__ = ["PRESETS", "ModelArgs", "Switches", "from_hf_config", "get_preset", "load_config", "to_spec", "ShardPlan", "ShardRefused",
+__all__ = ["PRESETS", "ModelArgs", "Switches", "SwitchSpec", "from_hf_config", "get_preset", "load_config", "to_spec", "ShardPlan", "ShardRefused",
            "shard_plan", *_LAZY]
 
 

@@ -240,35 +240,87 @@ def load_config(path_or_preset: str | Path, **overrides: Any) -> ModelArgs:
 GRAPHS_NEED_GROUPED = "graphs need moe_impl=grouped: the loop path syncs with the host"
 
 
+@dataclass(frozen=True)
+class SwitchSpec:
+    """One runtime switch, as `Switches` declares it: everything else (validation, `Switches.baseline()`, the
+    `mmprof run` / `verify-fastpath --run` options, `RunOptions` overrides) is derived from these."""
+
+    name: str  # the Switches field; the CLI option is --name-with-dashes (a bool: --name/--no-name)
+    default: Any  # the fast configuration (`Switches()`, `mmprof run --fast`)
+    baseline: Any  # `Switches.baseline()`, `mmprof run --baseline`
+    help: str  # the CLI help line
+    choices: tuple[str, ...] = ()  # a str switch: its values, in the order the CLI lists them
+    min: int | None = None  # an int switch: its smallest value
+    metavar: str | None = None  # an int switch: the CLI's name for the value
+    op: str | None = None  # the dispatch-log op whose rows say what ran (None: the switch logs no op of its own)
+
+    @property
+    def kind(self) -> type:
+        return type(self.default)
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, value: Any) -> None:
+        """BadInput naming the switch when `value` is not one it takes."""
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise BadInput(f"{self.name} must be True or False, not {value!r}")
+        elif self.kind is int:
+            if not isinstance(value, int) or (self.min is not None and value < self.min):
+                raise BadInput(f"{self.name} must be an integer >= {self.min}, not {value!r}")
+        elif value not in self.choices:
+            raise BadInput(f"{self.name} must be {'|'.join(self.choices)}, not {value!r}")
+
+
+def switch(default: Any, *, baseline: Any, help: str, choices: tuple[str, ...] = (), min: int | None = None,
+           metavar: str | None = None, op: str | None = None) -> Any:
+    """A `Switches` field and its declaration (the field's name completes the SwitchSpec)."""
+    return field(default=default, metadata={"switch": dict(default=default, baseline=baseline, help=help,
+                                                           choices=choices, min=min, metavar=metavar, op=op)})
+
+
 @dataclass
 class Switches:
-    """Every optimization as a switch; the defaults are the fast paths (graphs aside: they need a GPU)."""
+    """Every optimization as a switch; the defaults are the fast paths (graphs aside: they need a GPU).
 
-    moe_impl: str = "grouped"  # loop | grouped
-    shared_expert: str = "fused"  # separate | fused
+    Each field is the one declaration of its switch (`switch(...)`: default, baseline value, CLI help, values,
+    dispatch op); `specs()` lists them for the CLI and RunOptions. A new switch is one field here, its code path
+    (which logs a dispatch row) and a test: docs/architecture.md "Where a change goes".
+    """
+
+    moe_impl: str = switch("grouped", baseline="loop", choices=("loop", "grouped"), op="moe.experts",
+                           help="Routed experts: per-expert loop or one grouped GEMM.")
+    shared_expert: str = switch("fused", baseline="separate", choices=("separate", "fused"), op="moe.shared",
+                                help="Shared expert as its own MLP or fused into the routed GEMM.")
     # K: one sparse layer computes the block selection, the next K-1 reuse it. The fast default is 4, as in
     # vLLM's `index_topk_freq: 4` recipe (15 producers, 42 reusers for M3's 57 sparse layers). It changes
     # numerics (the released model recomputes per layer, K=1): measure_selection_overlap says whether it is safe.
-    block_reuse: int = 4
-    attention: str = "sparse"  # dense | sparse
+    block_reuse: int = switch(4, baseline=1, min=1, metavar="K", op="attn.indexer",
+                              help="One sparse layer computes the block selection, the next K-1 reuse it "
+                                   "(1 = every layer computes).")
+    attention: str = switch("sparse", baseline="sparse", choices=("sparse", "dense"), op="attn.core",
+                            help="Sparse (MSA) or dense attention in the sparse layers.")
     # decode steps replayed as one CUDA/HIP graph per (batch, KV cache) (runtime/graphs.py); needs a GPU and the
     # grouped experts. Off by default: the capture costs a step's worth of setup and holds its own memory pool.
-    graphs: bool = False
+    # A replay runs no Python: it repeats the dispatch rows of its capture (no op of its own).
+    graphs: bool = switch(False, baseline=False,
+                          help="Replay decode steps as a CUDA/HIP graph (captured at step 2; --device cuda, grouped "
+                               "experts). Off in both bases.")
 
     def __post_init__(self) -> None:
-        if self.moe_impl not in ("loop", "grouped"):
-            raise BadInput(f"moe_impl must be loop|grouped, not {self.moe_impl!r}")
-        if self.shared_expert not in ("separate", "fused"):
-            raise BadInput(f"shared_expert must be separate|fused, not {self.shared_expert!r}")
-        if not isinstance(self.block_reuse, int) or self.block_reuse < 1:
-            raise BadInput(f"block_reuse must be an integer >= 1, not {self.block_reuse!r}")
-        if self.attention not in ("dense", "sparse"):
-            raise BadInput(f"attention must be dense|sparse, not {self.attention!r}")
-        if not isinstance(self.graphs, bool):
-            raise BadInput(f"graphs must be True or False, not {self.graphs!r}")
+        for spec in self.specs():
+            spec.check(getattr(self, spec.name))
         if self.graphs and self.moe_impl == "loop":
             raise BadInput(GRAPHS_NEED_GROUPED)
 
     @classmethod
+    def specs(cls) -> tuple[SwitchSpec, ...]:
+        """The declarations of the switches, in field order (the order of the CLI options)."""
+        return tuple(SwitchSpec(name=f.name, **f.metadata["switch"]) for f in dataclasses.fields(cls)
+                     if "switch" in f.metadata)
+
+    @classmethod
     def baseline(cls) -> "Switches":
-        return cls(moe_impl="loop", shared_expert="separate", block_reuse=1, attention="sparse", graphs=False)
+        return cls(**{s.name: s.baseline for s in cls.specs()})
