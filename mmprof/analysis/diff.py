@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mmprof.analysis.engine_steps import describe, engine_steps
 from mmprof.analysis.events import EventFrame, events_of
 from mmprof.analysis.ranks import rank_analysis
 from mmprof.analysis.timeline import CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, phase_labels, timeline
@@ -32,7 +33,12 @@ from mmprof.units import fmt_ns
 
 NOUNS = {"compute_bound": "compute", "memory_bound": "memory bandwidth", "unattributed": "unattributed compute",
          "communication": "communication", "memcpy": "memory copies", "idle_host": "launch/queue overhead",
-         "idle_other": "idle time (sync / dependencies)"}
+         "idle_other": "idle time (sync / dependencies)", "idle_between": "the host between engine steps",
+         "idle_prep": "host work inside the engine steps"}
+# what a move per step means, for the per-step verdict
+MOVE_LABELS = {"compute_bound": "compute", "memory_bound": "memory", "unattributed": "unattributed compute",
+               "communication": "communication", "memcpy": "copies", "idle_host": "launch/queue",
+               "idle_other": "other idle", "idle_between": "host between steps", "idle_prep": "host inside the step"}
 UNSCOPED = "(unscoped)"
 MINOR_SHARE = 0.001  # variants below this share of a side's event time and count are not reported as path changes
 
@@ -79,6 +85,23 @@ class CategoryChange:
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "delta_pp": self.delta_pp}
+
+
+@dataclass
+class StepMove:
+    """One category's time per step of the compared phase, before and after (ns per step)."""
+
+    category: str
+    label: str
+    before_ns: float
+    after_ns: float
+
+    @property
+    def delta_ns(self) -> float:
+        return self.after_ns - self.before_ns
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "delta_ns": self.delta_ns}
 
 
 @dataclass
@@ -180,6 +203,9 @@ class DiffResult:
     warnings: list[str] = field(default_factory=list)
     plain: dict[str, Any] | None = None  # tokens/s measured without the profiler (mmprof run's meta.run), both sides
     ranks: dict[str, Any] | None = None  # imbalance across ranks (`mmprof ranks`), both sides, on multi-rank profiles
+    moves: list[StepMove] = field(default_factory=list)  # per step of the phase: time per category, both sides
+    engine: tuple[str, str] | None = None  # the engine steps compared ("30 engine steps of 8 decode requests", ...)
+    preface: list[str] = field(default_factory=list)  # warnings about what is compared, shown before the verdict
 
     @property
     def moved(self) -> bool:
@@ -198,7 +224,8 @@ class DiffResult:
                 "by_layer": [d.to_dict() for d in self.by_layer], "by_rank": [d.to_dict() for d in self.by_rank],
                 "layers": [d.to_dict() for d in self.layers],
                 "per_step": self.per_step, "notes": self.notes, "warnings": self.warnings, "plain": self.plain,
-                "ranks": self.ranks}
+                "ranks": self.ranks, "moves": [m.to_dict() for m in self.moves],
+                "engine_steps": list(self.engine) if self.engine else None, "preface": self.preface}
 
 
 def _short(s: str, n: int = 60) -> str:
@@ -314,24 +341,49 @@ def _path_changes(vb: dict, va: dict) -> list[PathChange]:
     return sorted(out, key=lambda p: -p.weight)
 
 
-def _verdict(phase: str, cats: list[CategoryChange], step: StepChange | None, dom: tuple) -> str:
+def _verdict(phase: str, cats: list[CategoryChange], step: StepChange | None, dom: tuple,
+             moves: list[StepMove] | None = None, engine: bool = False) -> str:
     parts = []
     if step and step.before_ns and step.after_ns:
-        what = "step" if phase in (NO_PHASE, "whole run") else f"{phase} step"
+        what = "step" if phase in (NO_PHASE, "whole run") else f"{phase} {'engine ' if engine else ''}step"
         parts.append(f"{what} {fmt_ns(step.before_ns)} -> {fmt_ns(step.after_ns)} ({step.change:+.1%})")
+    if moves and step and step.before_ns:
+        big = [m for m in sorted(moves, key=lambda m: -abs(m.delta_ns))
+               if abs(m.delta_ns) >= 0.05 * max(step.before_ns, step.after_ns or 0)][:3]
+        if big:
+            parts.append("per step: " + ", ".join(f"{m.label} {fmt_ns(m.before_ns)} -> {fmt_ns(m.after_ns)}"
+                                                  for m in big))
     by = {c.category: c for c in cats}
     b, a = dom
     if b is None or a is None:
         parts.append("no wall time to compare")
-    elif b != a:
+        return "; ".join(parts)
+    if b != a:
         cb, ca = by[b], by[a]
         parts.append(f"{cb.label} {cb.before_share:.0%} -> {cb.after_share:.0%}, {ca.label} {ca.before_share:.0%} -> "
                      f"{ca.after_share:.0%}: the bottleneck moved from {NOUNS[b]} to {NOUNS[a]}")
+        named = (b, a)
     else:
         c = by[a]
         parts.append(f"the bottleneck is still {NOUNS[a]}: {c.label} {c.before_share:.0%} -> {c.after_share:.0%} "
                      f"({c.delta_pp:+.0f} pp)")
+        named = (a,)
+    # every category that moved more than the ones named is named too (a verdict never hides the bigger change)
+    floor = max(abs(by[n].delta_pp) for n in named)
+    also = sorted((c for c in cats if c.category not in named and abs(c.delta_pp) > floor and abs(c.delta_pp) >= 1.0),
+                  key=lambda c: -abs(c.delta_pp))
+    if also:
+        parts.append("also " + ", ".join(f"{c.label} {c.before_share:.1%} -> {c.after_share:.1%} ({c.delta_pp:+.0f} pp)"
+                                         for c in also))
     return "; ".join(parts)
+
+
+def _moves(bb, ba, steps_b: int, steps_a: int) -> list[StepMove]:
+    """Time per step of each category, both sides (both sides need steps)."""
+    if steps_b <= 0 or steps_a <= 0:
+        return []
+    return [StepMove(c, MOVE_LABELS[c], bb.time_ns[c] / steps_b, ba.time_ns[c] / steps_a) for c in CATEGORIES
+            if bb.time_ns[c] or ba.time_ns[c]]
 
 
 def plain_timing_change(before, after) -> dict[str, Any] | None:
@@ -395,11 +447,16 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
     warnings += [f"after: {w}" for w in a.events.warnings if w not in b.events.warnings]
     warnings = list(dict.fromkeys(warnings))
     notes = list(dict.fromkeys(b.events.notes + a.events.notes))
+    preface = []
     if b.events.source != a.events.source:
-        warnings.append(f"comparing a {b.events.source} profile with a {a.events.source} profile: categories differ in meaning")
+        what = {"kernels": "GPU (kernels)", "cpu_ops": "CPU (ops)"}
+        preface.append(f"comparing a {what.get(b.events.source, b.events.source)} profile with a "
+                       f"{what.get(a.events.source, a.events.source)} profile: the categories differ in meaning "
+                       "(GPU idle vs time between CPU ops), so the verdict compares two set-ups, not a change")
     mismatch = setup_mismatch(before, after)
     if mismatch:
-        warnings.insert(0, mismatch)  # first: the whole comparison rests on it
+        preface.insert(0, mismatch)  # first: the whole comparison rests on it
+    warnings = preface + warnings
     if rank is not None:
         for name, s in (("before", b), ("after", a)):
             if rank not in s.tl.ranks:
@@ -409,7 +466,13 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
     phase_name = ph or "whole run"
     # step time per shared phase
     steps = []
-    for p in [p for p in b.tl.phases if p in a.tl.phases] or ([None] if ph is None else [ph]):
+    # `other` (events outside every phase) has no steps: its "step time" would be a meaningless ratio
+    shared = [p for p in b.tl.phases if p in a.tl.phases and p != "other"]
+    if any(p == "other" for p in b.tl.phases + a.tl.phases) and ph != "other":
+        ob, oa = b.tl.breakdown("other", rank), a.tl.breakdown("other", rank)
+        notes.append(f"events outside every phase (set-up, work between the profiled steps): {fmt_ns(ob.span_ns)} "
+                     f"busy before, {fmt_ns(oa.span_ns)} after; not a phase, not compared as steps")
+    for p in shared or ([None] if ph is None else [ph]):
         sb = b.tl.step_stats(p, rank) if p else _whole(b.tl, rank)
         sa = a.tl.step_stats(p, rank) if p else _whole(a.tl, rank)
         ch = (sa.median_ns / sb.median_ns - 1.0) if sb.median_ns and sa.median_ns else None
@@ -421,7 +484,16 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
     cats = [CategoryChange(c, LABELS[c], bb.share(c), ba.share(c), bb.time_ns[c], ba.time_ns[c]) for c in CATEGORIES]
     dom = (bb.dominant, ba.dominant)
     step = next((s for s in steps if s.phase == phase_name), None)
-    verdict = _verdict(phase_name, cats, step, dom)
+    moves = _moves(bb, ba, step.before_steps, step.after_steps) if step and ph is not None else []
+    eng = b.tl.engine and a.tl.engine
+    verdict = _verdict(phase_name, cats, step, dom, moves, eng)
+    engine = None
+    if b.tl.engine or a.tl.engine:
+        engine = tuple(describe(engine_steps(s.profile), ph) if s.tl.engine else "no engine steps" for s in (b, a))
+        if not eng:
+            preface.append(f"only the {'before' if b.tl.engine else 'after'} profile has engine steps: the other's "
+                           "steps are not a serving engine's, so per-step host time is not comparable")
+            warnings.insert(0, preface[-1])
     plain = plain_timing_change(before, after)
     if plain:
         notes.insert(0, plain["text"])
@@ -461,7 +533,7 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
                   for lab, s in (("before", b), ("after", a))}
     return DiffResult(labels[0], labels[1], phase_name, rank, (b.events.source, a.events.source), steps, cats, dom,
                       verdict, _path_changes(vb, va), matched, by_scope, by_layer, by_rank, per_step, layers,
-                      notes, warnings, plain=plain, ranks=across)
+                      notes, warnings, plain=plain, ranks=across, moves=moves, engine=engine, preface=preface)
 
 
 def _whole(tl: TimelineResult, rank: int | None):

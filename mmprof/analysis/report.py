@@ -23,6 +23,7 @@ from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, 
 from mmprof.analysis.timeline import NO_PHASE, Breakdown, StepStats, phase_labels, timeline
 from mmprof.errors import MmprofError, NoEvidence
 from mmprof.names import display_name
+from mmprof.units import fmt_ns
 
 TOP_KERNELS = 10
 
@@ -86,8 +87,44 @@ class Report:
                 "ranks": self.ranks.summary() if self.ranks else None}
 
 
-def bottleneck_statement(phase: str, br: Breakdown, bounds: BoundSummary, source: str = "kernels") -> str:
+def engine_statement(phase: str, br: Breakdown, steps: int = 0, graph_share: float | None = None) -> str | None:
+    """The bottleneck of a serving engine's phase (engine steps: the windows have idle_between / idle_prep), or
+    None when the phase has no engine-step time. Host time (between the steps and inside them before the launches)
+    is named as host time, never as launch-bound: the launch / queue share is said beside it."""
+    between, prep = br.time_ns.get("idle_between", 0), br.time_ns.get("idle_prep", 0)
+    if not br.span_ns or between + prep == 0:
+        return None
+    host = between + prep
+    busy = sum(br.time_ns.get(c, 0) for c in ("compute_bound", "memory_bound", "unattributed", "communication",
+                                               "memcpy"))
+    n = max(steps, 1)
+    per = (f"; per step on average {fmt_ns(br.span_ns / n)}: GPU busy {fmt_ns(busy / n)}, launch/queue "
+           f"{fmt_ns(br.time_ns.get('idle_host', 0) / n)}, host {fmt_ns(host / n)}") if steps else ""
+    graphs = f"; CUDA/HIP graphs replay {graph_share:.0%} of the kernel time" if graph_share else ""
+    ph = "the run" if phase == NO_PHASE else phase
+    rest = {c: v for c, v in br.time_ns.items() if c not in ("idle_between", "idle_prep")}
+    if host >= max(rest.values(), default=0):
+        lq = br.share("idle_host")
+        return (f"{ph} is host-bound: the GPU waits for the host {host / br.span_ns:.0%} of each engine step, "
+                f"{br.share('idle_prep'):.0%} inside the step (input preparation, Python before the launches) and "
+                f"{br.share('idle_between'):.0%} between the steps (scheduler, sampler, the engine's Python); "
+                f"not launch-bound (launch/queue {lq:.0%}){per}{graphs}")
+    return None
+
+
+def bottleneck_statement(phase: str, br: Breakdown, bounds: BoundSummary, source: str = "kernels",
+                         steps: int = 0, graph_share: float | None = None) -> str:
     """One line naming the dominant category of a phase, with the efficiency of the bound where known."""
+    eng = engine_statement(phase, br, steps, graph_share) if source == "kernels" else None
+    if eng is not None:
+        return eng
+    host = br.time_ns.get("idle_between", 0) + br.time_ns.get("idle_prep", 0)
+    tail = (f" (engine steps: the GPU waits for the host {host / br.span_ns:.0%} of each step)"
+            if host and br.span_ns else "")
+    return _dominant_statement(phase, br, bounds, source) + tail
+
+
+def _dominant_statement(phase: str, br: Breakdown, bounds: BoundSummary, source: str = "kernels") -> str:
     dom = br.dominant
     phase = "the run" if phase == NO_PHASE else phase
     if dom is None:
@@ -193,7 +230,12 @@ def build_report(profile, phase: str | None = None, rank: int | None = None, top
         br = tl.breakdown(ph, r)
         bounds = summarise_bounds(ev.roof, ev.dur, ev.rank, m)
         ls = la.phase(ph) if r is None else launch_analysis(profile, ev, tl, rank=r).phase(ph)
-        return PhaseReport(ph, r, br, tl.step_stats(ph, r), bounds, bottleneck_statement(ph, br, bounds, ev.source),
+        st = tl.step_stats(ph, r)
+        kern = m & (ev.table == 0)
+        kt = float(ev.dur[kern].sum())
+        gshare = float(ev.dur[kern & (ev.graph >= 0)].sum()) / kt if kt else None
+        return PhaseReport(ph, r, br, st, bounds,
+                           bottleneck_statement(ph, br, bounds, ev.source, st.steps if tl.engine else 0, gshare),
                            _top_kernels(profile, ev, m, top), ls)
 
     agg = [one(ph, rank) for ph in phases]

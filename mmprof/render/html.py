@@ -16,7 +16,8 @@ from mmprof.render.safe import visible
 from mmprof.units import fmt_ns, fmt_pct
 
 COLORS = {"compute_bound": "#d62728", "memory_bound": "#1f77b4", "unattributed": "#9e9e9e",
-          "communication": "#ff7f0e", "memcpy": "#8c564b", "idle_host": "#e377c2", "idle_other": "#dddddd"}
+          "communication": "#ff7f0e", "memcpy": "#8c564b", "idle_host": "#e377c2", "idle_other": "#dddddd",
+          "idle_between": "#bcbd22", "idle_prep": "#17becf"}
 CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:20px}h2{font-size:16px;margin-top:28px}table{border-collapse:collapse;margin:8px 0;font-size:13px}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
