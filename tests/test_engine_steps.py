@@ -257,3 +257,20 @@ def test_synthetic_steps(tmp_path, names):
     assert w.loc[2, "idle_between"] == 24 * us and w.loc[2, "span_ns"] == 70 * us
     assert (w[list(CATEGORIES)].sum(axis=1) == w["span_ns"]).all()
     assert set(w["phase"]) == {"prefill", "mixed", "decode"}
+
+
+def test_export_and_verify_carry_engine_steps(tmp_path, capsys):
+    # mmprof export: one slice per engine step on an "engine steps" track (33 steps launched GPU work: the empty
+    # execute_context_0(0)_generation_0(0) did not); verify-fastpath says which engine steps it judged
+    from mmprof.cli import main
+    out = tmp_path / "t.json"
+    with pytest.raises(SystemExit) as ex:
+        main(["export", str(data_file(*GRAPHS)), "-o", str(out)])
+    assert ex.value.code == 0
+    slices = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "engine_step"]
+    assert len(slices) == 33 and slices[0]["args"]["phase"] == "prefill" and slices[0]["args"]["ctx_tokens"] == 64
+    assert sum(e["args"]["phase"] == "decode" for e in slices) == 31
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["verify-fastpath", str(data_file(*GRAPHS)), "--json"])
+    assert "31 decode (30 of 8, 1 of 7 requests)" in json.loads(capsys.readouterr().out)["engine_steps"]

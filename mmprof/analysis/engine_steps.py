@@ -69,20 +69,28 @@ def _build(profile) -> pd.DataFrame:
 
 
 def describe(steps: pd.DataFrame, phase: str | None = None) -> str:
-    """'30 engine steps of 8 decode requests, 1 of 7' (the phase's steps grouped by request counts)."""
+    """'34 engine steps: 1 prefill (1 request), 1 mixed, 31 decode (30 of 8 requests, 1 of 7), 1 with nothing
+    scheduled' (of one phase when given)."""
     s = steps if phase is None else steps[steps["phase"] == phase]
     if s.empty:
         return "no engine steps"
     parts = []
-    for ph, g in s.groupby(s["phase"].fillna("empty"), sort=False):
-        col = {"decode": "gen_reqs", "prefill": "ctx_reqs"}.get(str(ph))
-        if col is None:
-            parts.append(f"{len(g)} {ph}")
+    ph = s["phase"].fillna("")
+    for name in ("prefill", "mixed", "decode", ""):
+        g = s[ph == name]
+        if g.empty:
             continue
-        counts = g[col].value_counts()
-        what = "decode requests" if ph == "decode" else "prefill requests"
-        sub = [f"{n} of {int(k)}" if k >= 0 else f"{n} of unknown size" for k, n in counts.items()]
-        sub[0] = f"{counts.iloc[0]} engine step{'s' if counts.iloc[0] != 1 else ''} of {int(counts.index[0])} {what}" \
-            if counts.index[0] >= 0 else sub[0]
-        parts.append(", ".join(sub))
-    return "; ".join(parts)
+        if name == "":
+            parts.append(f"{len(g)} with nothing scheduled")
+            continue
+        col = {"decode": "gen_reqs", "prefill": "ctx_reqs"}.get(name)
+        counts = g[col].value_counts() if col else None
+        detail = ""
+        if counts is not None and (counts.index >= 0).all():
+            sub = [f"{n} of {int(k)}" for k, n in counts.items()]
+            detail = f" ({', '.join(sub)} request{'s' if counts.index.max() != 1 else ''})" if len(sub) > 1 else \
+                f" ({int(counts.index[0])} request{'s' if counts.index[0] != 1 else ''} each)" if len(g) > 1 else \
+                f" ({int(counts.index[0])} request{'s' if counts.index[0] != 1 else ''})"
+        parts.append(f"{len(g)} {name}{detail}")
+    n = len(s)
+    return f"{n} engine step{'s' if n != 1 else ''}: " + ", ".join(parts)

@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.checks.verify import verify
+from mmprof.analysis.engine_steps import describe, engine_steps
 from mmprof.analysis.events import CAT_COMM, CAT_MEMCPY, EventFrame, events_of
 from mmprof.analysis.graphs import GraphSummary, graph_summary
-from mmprof.analysis.launch import LaunchStats, launch_analysis
+from mmprof.analysis.launch import LAUNCH_BOUND_SHARE, LaunchStats, launch_analysis
 from mmprof.analysis.ranks import rank_analysis
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, summarise_bounds
 from mmprof.analysis.timeline import NO_PHASE, Breakdown, StepStats, phase_labels, timeline
@@ -79,15 +80,17 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     graphs: GraphSummary | None = None
     ranks: Any = None                  # RanksResult on a multi-rank profile (`mmprof ranks`), else None
+    engine: dict[str, str] = field(default_factory=dict)  # phase -> its engine steps, in words (serving traces)
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "devices": self.devices, "phases": [p.to_dict() for p in self.phases],
                 "per_rank": [p.to_dict() for p in self.per_rank], "checks": self.checks, "notes": self.notes,
                 "warnings": self.warnings, "graphs": self.graphs.to_dict() if self.graphs else None,
-                "ranks": self.ranks.summary() if self.ranks else None}
+                "ranks": self.ranks.summary() if self.ranks else None, "engine_steps": self.engine}
 
 
-def engine_statement(phase: str, br: Breakdown, steps: int = 0, graph_share: float | None = None) -> str | None:
+def engine_statement(phase: str, br: Breakdown, steps: int = 0, graph_share: float | None = None,
+                     launches: float | None = None) -> str | None:
     """The bottleneck of a serving engine's phase (engine steps: the windows have idle_between / idle_prep), or
     None when the phase has no engine-step time. Host time (between the steps and inside them before the launches)
     is named as host time, never as launch-bound: the launch / queue share is said beside it."""
@@ -105,17 +108,20 @@ def engine_statement(phase: str, br: Breakdown, steps: int = 0, graph_share: flo
     rest = {c: v for c, v in br.time_ns.items() if c not in ("idle_between", "idle_prep")}
     if host >= max(rest.values(), default=0):
         lq = br.share("idle_host")
+        inside = (f"input preparation and the Python between its {launches:.0f} launches" if launches
+                  else "input preparation, Python before the launches")
+        lb = f"not launch-bound (launch/queue {lq:.0%})" if lq < LAUNCH_BOUND_SHARE else f"launch/queue {lq:.0%}"
         return (f"{ph} is host-bound: the GPU waits for the host {host / br.span_ns:.0%} of each engine step, "
-                f"{br.share('idle_prep'):.0%} inside the step (input preparation, Python before the launches) and "
+                f"{br.share('idle_prep'):.0%} inside the step ({inside}) and "
                 f"{br.share('idle_between'):.0%} between the steps (scheduler, sampler, the engine's Python); "
-                f"not launch-bound (launch/queue {lq:.0%}){per}{graphs}")
+                f"{lb}{per}{graphs}")
     return None
 
 
 def bottleneck_statement(phase: str, br: Breakdown, bounds: BoundSummary, source: str = "kernels",
-                         steps: int = 0, graph_share: float | None = None) -> str:
+                         steps: int = 0, graph_share: float | None = None, launches: float | None = None) -> str:
     """One line naming the dominant category of a phase, with the efficiency of the bound where known."""
-    eng = engine_statement(phase, br, steps, graph_share) if source == "kernels" else None
+    eng = engine_statement(phase, br, steps, graph_share, launches) if source == "kernels" else None
     if eng is not None:
         return eng
     host = br.time_ns.get("idle_between", 0) + br.time_ns.get("idle_prep", 0)
@@ -235,12 +241,17 @@ def build_report(profile, phase: str | None = None, rank: int | None = None, top
         kt = float(ev.dur[kern].sum())
         gshare = float(ev.dur[kern & (ev.graph >= 0)].sum()) / kt if kt else None
         return PhaseReport(ph, r, br, st, bounds,
-                           bottleneck_statement(ph, br, bounds, ev.source, st.steps if tl.engine else 0, gshare),
+                           bottleneck_statement(ph, br, bounds, ev.source, st.steps if tl.engine else 0, gshare,
+                                                ls.launches_per_step if ls else None),
                            _top_kernels(profile, ev, m, top), ls)
 
     agg = [one(ph, rank) for ph in phases]
     per_rank = [one(ph, r) for ph in phases for r in ranks] if len(ranks) > 1 else []
     devices = {r: (p.name if p else None) for r, p in (ev.roof.peaks.items() if ev.roof else [])}
     across = rank_analysis(profile, ev, phase=phase) if rank is None and len(tl.ranks) > 1 else None
+    es = engine_steps(profile) if tl.engine else None
+    engine = {ph: describe(es[es["rank"] == (rank if rank is not None else es["rank"].min())], ph)
+              for ph in phases} if es is not None and len(es) else {}
     return Report(ev.source, devices, agg, per_rank, _checks(profile, shape_regions), list(tl.notes),
-                  list(dict.fromkeys(tl.warnings + la.warnings)), graph_summary(profile, ev, rank), across)
+                  list(dict.fromkeys(tl.warnings + la.warnings)), graph_summary(profile, ev, rank), across,
+                  engine={k: v for k, v in engine.items() if v != "no engine steps"})

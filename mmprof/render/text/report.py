@@ -39,6 +39,8 @@ def render_report(report, console) -> None:
         console.print(f"[bold]{markup(ph.bottleneck)}[/bold]")
         st = ph.step
         console.print(f"  step time {fmt_ns(st.median_ns)} (median of {st.steps}; {markup(st.method)})")
+        if ph.phase in getattr(report, "engine", {}):
+            console.print(f"  {markup(report.engine[ph.phase])} (the engine's own step annotations)")
         _breakdown(console, ph, [p for p in report.per_rank if p.phase == ph.phase])
         cols = [Col("kernel" if report.source == "kernels" else "op", name=True, keep=10, min=22), Col("family", keep=7),
                 Col("calls", "right", keep=4),
