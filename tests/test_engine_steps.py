@@ -274,3 +274,26 @@ def test_export_and_verify_carry_engine_steps(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["verify-fastpath", str(data_file(*GRAPHS)), "--json"])
     assert "31 decode (30 of 8, 1 of 7 requests)" in json.loads(capsys.readouterr().out)["engine_steps"]
+
+
+def test_ranks_use_engine_steps(tmp_path):
+    # two TP ranks of one engine: each worker annotates every execute_model call (vllm/v1/worker/gpu_worker.py),
+    # so step N is the N-th engine step of each rank; ranks compares them step by step
+    from mmprof.analysis.ranks import rank_analysis
+    names = ["execute_context_1(5)_generation_0(0)", "execute_context_1(3)_generation_2(2)",
+             "execute_context_0(0)_generation_3(3)"]
+    paths = []
+    for r in (0, 1):
+        d = tmp_path / f"r{r}"
+        d.mkdir()
+        prof = _trace(d, names)
+        assert prof.col("kernels", "step").tolist() == [0, -1, 1, 2, 2, -1]
+        src = d / "synthetic.pt.trace.json"
+        dst = tmp_path / f"trace_rank{r}.pt.trace.json"
+        dst.write_text(src.read_text())
+        paths.append(dst)
+    both = import_paths(paths)
+    res = rank_analysis(both)
+    assert any("steps are the engine's own step annotations (vllm)" in n for n in res.notes)
+    dec = [p for p in res.per_rank if p.phase == "decode"]
+    assert len(dec) == 2 and all(p.steps == 1 for p in dec)
