@@ -183,6 +183,9 @@ def test_vllm_report_names_host_not_launch():
     assert b.share("idle_between") + b.share("idle_prep") > 0.5 and b.share("idle_host") < 0.25
     assert dec.step.steps == 31 and dec.launch.verdict == "not launch-bound"
     assert "launch-bound:" not in " ".join(p.bottleneck for p in rep.phases)
+    parts = dec.engine_steps
+    assert parts["steps"] == 31 and parts["period"]["median_ns"] == dec.step.median_ns
+    assert parts["GPU busy"]["median_ns"] < 0.25 * parts["period"]["median_ns"]
 
 
 def test_vllm_diff_compares_decode_steps():

@@ -61,12 +61,37 @@ class PhaseReport:
     bottleneck: str
     top_kernels: list[KernelRow]
     launch: LaunchStats | None
+    engine_steps: dict[str, Any] | None = None  # per engine step of the phase: median and p90 of each part (ns)
 
     def to_dict(self) -> dict[str, Any]:
         return {"phase": self.phase, "rank": self.rank, "breakdown": self.breakdown.to_dict(),
                 "step": self.step.to_dict(), "bounds": self.bounds.to_dict(), "bottleneck": self.bottleneck,
                 "top_kernels": [k.to_dict() for k in self.top_kernels],
-                "launch": self.launch.to_dict() if self.launch else None}
+                "launch": self.launch.to_dict() if self.launch else None, "engine_steps": self.engine_steps}
+
+
+STEP_PARTS = {"period": None, "GPU busy": ("compute_bound", "memory_bound", "unattributed", "communication", "memcpy"),
+              "idle in the step (launch/queue, sync)": ("idle_host", "idle_other"), "host inside the step": ("idle_prep",),
+              "host between steps": ("idle_between",)}
+
+
+def engine_step_parts(tl, phase: str, rank: int | None = None) -> dict[str, Any] | None:
+    """Per engine step of a phase (rank: that rank's; else the slowest rank's step), its period split into GPU busy,
+    launch / queue (and other idle), host inside and host between: the median and p90 over the steps, in ns, and
+    the steps' count. The parts of one step add up to its period. None when the phase has no engine steps."""
+    if not tl.engine:
+        return None
+    w = tl.windows[(tl.windows["phase"] == phase) & (tl.windows["step"] >= 0)]
+    if rank is not None:
+        w = w[w["rank"] == rank]
+    if w.empty or not (w["idle_between"].sum() + w["idle_prep"].sum()):
+        return None
+    w = w.loc[w.groupby("step")["span_ns"].idxmax()]  # per step the slowest rank
+    out: dict[str, Any] = {"steps": int(len(w))}
+    for part, cats in STEP_PARTS.items():
+        v = w["span_ns"] if cats is None else w[list(cats)].sum(axis=1)
+        out[part] = {"median_ns": float(np.median(v)), "p90_ns": float(np.percentile(v, 90))}
+    return out
 
 
 @dataclass
@@ -243,7 +268,7 @@ def build_report(profile, phase: str | None = None, rank: int | None = None, top
         return PhaseReport(ph, r, br, st, bounds,
                            bottleneck_statement(ph, br, bounds, ev.source, st.steps if tl.engine else 0, gshare,
                                                 ls.launches_per_step if ls else None),
-                           _top_kernels(profile, ev, m, top), ls)
+                           _top_kernels(profile, ev, m, top), ls, engine_step_parts(tl, ph, r))
 
     agg = [one(ph, rank) for ph in phases]
     per_rank = [one(ph, r) for ph in phases for r in ranks] if len(ranks) > 1 else []

@@ -118,8 +118,10 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def diff_html(d, top: int = 15) -> str:
     """A self-contained HTML page for a DiffResult."""
     title = f"mmprof diff: {d.before} -> {d.after}"
-    body = [f"<h1>{e(title)} <small>({e(d.phase)}{', rank ' + e(d.rank) if d.rank is not None else ''})</small></h1>",
-            f'<p class="verdict">{e(d.verdict)}</p>']
+    pre = list(getattr(d, "preface", []) or [])
+    body = [f"<h1>{e(title)} <small>({e(d.phase)}{', rank ' + e(d.rank) if d.rank is not None else ''})</small></h1>"]
+    body += [f'<p class="warn">warning: {e(w)}</p>' for w in pre]  # what is compared, before the verdict
+    body.append(f'<p class="verdict">{e(d.verdict)}</p>')
     if d.plain:  # the timing without the profiler, right under the profiled verdict
         body.append(f'<p class="note">{e(d.plain["text"])}</p>')
     body.append("<h2>Step time</h2>" + _table(["phase", "before", "after", "change", "steps before", "steps after"], [
@@ -151,7 +153,7 @@ def diff_html(d, top: int = 15) -> str:
              e(fmt_pct(r.change, True))] + ([f"<code>{e(r.before_detail or '-')} -&gt; {e(r.after_detail or '-')}</code>"]
                                             if detail else []) for r in rows[:top]]))
     body += [f'<p class="note">note: {e(n)}</p>' for n in d.notes if not (d.plain and n == d.plain["text"])]
-    body += [f'<p class="warn">warning: {e(w)}</p>' for w in d.warnings]
+    body += [f'<p class="warn">warning: {e(w)}</p>' for w in d.warnings if w not in pre]
     return _page(title, body)
 
 

@@ -41,6 +41,10 @@ def render_report(report, console) -> None:
         console.print(f"  step time {fmt_ns(st.median_ns)} (median of {st.steps}; {markup(st.method)})")
         if ph.phase in getattr(report, "engine", {}):
             console.print(f"  {markup(report.engine[ph.phase])} (the engine's own step annotations)")
+        parts = getattr(ph, "engine_steps", None)
+        if parts:
+            console.print("  per engine step, median (p90): " + ", ".join(
+                f"{k} {fmt_ns(v['median_ns'])} ({fmt_ns(v['p90_ns'])})" for k, v in parts.items() if k != "steps"))
         _breakdown(console, ph, [p for p in report.per_rank if p.phase == ph.phase])
         cols = [Col("kernel" if report.source == "kernels" else "op", name=True, keep=10, min=22), Col("family", keep=7),
                 Col("calls", "right", keep=4),
