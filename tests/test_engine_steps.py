@@ -300,3 +300,16 @@ def test_ranks_use_engine_steps(tmp_path):
     assert any("steps are the engine's own step annotations (vllm)" in n for n in res.notes)
     dec = [p for p in res.per_rank if p.phase == "decode"]
     assert len(dec) == 2 and all(p.steps == 1 for p in dec)
+
+
+def test_nvtx_engine_steps_number_the_steps():
+    # vLLM under profiler="cuda" (CudaProfilerWrapper.annotate_context_manager: torch.cuda.nvtx.range) and
+    # TensorRT-LLM (nvtx_range) write the step as an NVTX range: the nsys / rocpd importers' nesting numbers it
+    # like the Kineto importer (0.. in start order), and a launch on another thread takes the step that holds it
+    from mmprof.importers._timeline import ScopeNest, attribute
+    names = ["ProfilerStep#9", "[Executor] _forward_step 40: 0 ctx reqs, 4 gen reqs", "layers.0.mlp",
+             "[Executor] _forward_step 39: 2 ctx reqs, 2 gen reqs"]
+    nest = ScopeNest([1, 1, 1, 1], [0, 200, 210, 100], [1000, 300, 250, 190], names)
+    scope, path, phase, step = attribute(nest, [1, 1, 2, 1], [150, 220, 260, 950])
+    assert step == [0, 1, 1, -1] and phase == ["mixed", "decode", "decode", None]
+    assert scope[1] == "layers.0.mlp"
