@@ -273,6 +273,15 @@ def test_export_and_verify_carry_engine_steps(tmp_path, capsys):
     slices = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "engine_step"]
     assert len(slices) == 33 and slices[0]["args"]["phase"] == "prefill" and slices[0]["args"]["ctx_tokens"] == 64
     assert sum(e["args"]["phase"] == "decode" for e in slices) == 31
+    # the counter tracks name the host time between the steps as the breakdown does, not as launch-bound idle
+    from mmprof.analysis.events import events_of
+    from mmprof.analysis.timeline import category_segments
+    prof = import_paths([data_file(*GRAPHS)])
+    ev, tl = events_of(prof), timeline(prof)
+    seg = category_segments(ev, tl.pieces)
+    got = (seg["end_ns"] - seg["start_ns"]).groupby(seg["category"]).sum()
+    assert got["idle_between"] == int(tl.windows["idle_between"].sum())
+    assert abs(got["idle_host"] - int(tl.windows["idle_host"].sum())) <= 1000 * 30   # ns rounding per step
     capsys.readouterr()
     with pytest.raises(SystemExit):
         main(["verify-fastpath", str(data_file(*GRAPHS)), "--json"])

@@ -45,7 +45,7 @@ run every gap between compute ops is host time (Python / framework overhead): id
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -119,6 +119,7 @@ class TimelineResult:
     notes: list[str]
     warnings: list[str]
     engine: bool = False        # some rank's steps are a serving engine's steps (idle_between / idle_prep apply)
+    pieces: dict = field(default_factory=dict)  # rank -> (start, end, window, kind) of its engine-step pieces
 
     @property
     def phases(self) -> list[str]:
@@ -208,6 +209,7 @@ def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
     acc = _Acc(G)
     es = engine_steps(profile) if ev.source == "kernels" else None
     engine = False
+    pieces: dict = {}
     for r in np.unique(g_rank).tolist():
         full = np.flatnonzero((g_rank == r) & ~scattered)
         segs = _partition(full, ext_s[full], ext_e[full])
@@ -215,6 +217,7 @@ def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
         if rank_steps is not None and len(rank_steps) and len(segs[0]):
             engine = True
             segs = _engine_pieces(segs, g_step, rank_steps, ev, np.flatnonzero(ev.rank == r))
+            pieces[r] = segs
         else:
             segs = segs + (np.zeros(len(segs[0]), np.int8),)
         _sweep_rank(np.flatnonzero(ev.rank == r), gcode, ev, segs, np.flatnonzero((g_rank == r) & scattered), acc)
@@ -234,7 +237,7 @@ def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
     w = pd.DataFrame({"rank": g_rank, "phase": g_phase, "step": g_step,
                       "start_ns": wstart, "end_ns": wend, "span_ns": span, **cols,
                       "comm_total_ns": acc.comm_total, "comm_overlapped_ns": acc.comm_over})
-    return TimelineResult(ev.source, w, list(ev.notes), list(ev.warnings), engine)
+    return TimelineResult(ev.source, w, list(ev.notes), list(ev.warnings), engine, pieces)
 
 
 def _engine_pieces(segs, g_step: np.ndarray, steps: pd.DataFrame, ev: EventFrame, idx: np.ndarray):
@@ -414,33 +417,57 @@ def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scatte
         np.maximum.at(acc.own_e, seg_g, seg_b)
 
 
-def category_segments(ev: EventFrame) -> pd.DataFrame:
+def category_segments(ev: EventFrame, pieces: dict | None = None) -> pd.DataFrame:
     """The timeline as consecutive segments per rank: rank, start_ns, end_ns, category (a CATEGORIES name), from each
     rank's first event to its last. The same rule as the breakdown (the highest busy category active wins; an idle
     gap is host-bound when the next event's launch call had not returned, always on a CPU run), without the
-    windows: what a trace viewer draws as counter tracks (`mmprof export`)."""
+    windows: what a trace viewer draws as counter tracks (`mmprof export`). `pieces` (TimelineResult.pieces):
+    on a rank with engine steps, idle time between and inside the steps is idle_between / idle_prep as in the
+    breakdown."""
     cols = {"rank": [], "start_ns": [], "end_ns": [], "category": []}
     keep = np.flatnonzero(ev.end > ev.start)
     names = np.array(CATEGORIES + ("",), dtype=object)
     for r in np.unique(ev.rank[keep]).tolist():
         k = keep[ev.rank[keep] == r]
         n = len(k)
-        t = np.concatenate([ev.start[k], ev.end[k]])
-        d = np.concatenate([np.ones(n, np.int8), np.full(n, -1, np.int8)])
-        c = np.concatenate([ev.cat[k], ev.cat[k]])
-        e = np.concatenate([k, k])
-        order = np.lexsort((d, t))  # ends before starts at the same instant
+        pa, pb, _, pk = (pieces or {}).get(r, (np.zeros(0, np.int64),) * 3 + (np.zeros(0, np.int8),))
+        m = len(pa)
+        # extra boundaries on an engine rank: the pieces and every launch call's start (a gap splits there)
+        lsx = ev.launch_start[k][ev.launch_start[k] >= 0] if m else np.zeros(0, np.int64)
+        x = np.concatenate([pa, pb, lsx])
+        t = np.concatenate([ev.start[k], ev.end[k], x])
+        d = np.concatenate([np.ones(n, np.int8), np.full(n, -1, np.int8), np.zeros(len(x), np.int8)])
+        c = np.concatenate([ev.cat[k], ev.cat[k], np.full(len(x), -1, np.int8)]).astype(np.int8)
+        e = np.concatenate([k, k, np.full(len(x), -1, np.int64)])
+        order = np.lexsort((d, t))  # ends (and piece bounds) before starts at the same instant
         t, d, c, e = t[order], d[order], c[order], e[order]
         act = np.full(len(t), -1, dtype=np.int64)
         for cat in range(_BUSY - 1, -1, -1):
             act[np.cumsum(np.where(c == cat, d, 0).astype(np.int64)) > 0] = cat
+        lo, hi = (np.flatnonzero(e >= 0)[[0, -1]] if (e >= 0).any() else (0, 0))
         gap = np.flatnonzero(act[:-1] == -1)
         if ev.source == "cpu_ops":
             act[gap] = CATEGORIES.index("idle_host")
         else:
-            host = ev.launch_end[e[gap + 1]] > t[gap]
+            pts = np.arange(len(t))
+            nxt = np.minimum.accumulate(np.where(d > 0, pts, len(t))[::-1])[::-1]  # next event start
+            ne = e[np.minimum(nxt[np.minimum(gap + 1, len(t) - 1)], len(t) - 1)]
+            has = ne >= 0
+            host = has & (ev.launch_end[np.maximum(ne, 0)] > t[gap])
             act[gap] = np.where(host, CATEGORIES.index("idle_host"), CATEGORIES.index("idle_other"))
+            if m:
+                pos = np.searchsorted(pa, t[gap], side="right") - 1
+                inp = (pos >= 0) & (t[gap] < pb[np.maximum(pos, 0)])
+                kind = np.where(inp, pk[np.maximum(pos, 0)], 0)
+                act[gap[kind == KIND_BETWEEN]] = CATEGORIES.index("idle_between")
+                act[gap[kind == KIND_PREP]] = CATEGORIES.index("idle_prep")
+                # inside an engine step: a host-bound gap before the next launch call began is host work
+                ls = ev.launch_start[np.maximum(ne, 0)]
+                work = (kind == KIND_ENGINE) & host & (ls >= t[np.minimum(gap + 1, len(t) - 1)])
+                act[gap[work]] = CATEGORIES.index("idle_prep")
         seg_s, seg_e, seg_c = t[:-1], t[1:], act[:-1]
+        inside = (np.arange(len(seg_s)) >= lo) & (np.arange(len(seg_s)) < hi)  # first event to last
+        seg_s, seg_e, seg_c = seg_s[inside], seg_e[inside], seg_c[inside]
         nz = seg_e > seg_s
         seg_s, seg_e, seg_c = seg_s[nz], seg_e[nz], seg_c[nz]
         if not len(seg_s):

@@ -13,7 +13,8 @@ The trace-event format (JSON object form: `{"traceEvents": [...]}`, times in mic
   on their stream; zero-length marks as instants); on a CPU run the outermost compute ops carry the same args as
   kernels;
 - the timeline categories (`mmprof.analysis.timeline.category_segments`: compute-bound, memory-bound,
-  unattributed, communication, memcpy, idle host-bound, idle other) as counter tracks per rank, 1 while the
+  unattributed, communication, memcpy, idle host-bound, idle other; on a serving engine's trace also idle between
+  the engine steps and host work inside them) as counter tracks per rank, 1 while the
   category holds the rank, 0 otherwise;
 - flow arrows (`s` / `f` with `bp: "e"`) from each launch call to the kernel or copy it launched;
 - on a serving engine's trace, an "engine steps" track per rank: one slice per engine step (its share of the
@@ -373,7 +374,8 @@ def trace_chunks(profile, full_names: str = "auto", progress: Progress | None = 
             yield piece(out)
     # the timeline categories as counter tracks
     if len(ev):
-        seg = category_segments(ev)
+        tl = timeline(p, ev) if ev.source == "kernels" and len(engine_steps(p)) else None
+        seg = category_segments(ev, tl.pieces if tl is not None else None)
         out = []
         prev: dict[int, tuple[str, float]] = {}  # rank -> (label of its current category, when it ends)
 
