@@ -206,7 +206,7 @@ def test_vllm_diff_compares_decode_steps():
 
 # --- synthetic: prefill-only, mixed, decode-only steps, exact times -------------------------------------------
 
-def _trace(tmp_path, names):
+def _trace(tmp_path, names, extra_before: bool = False):
     """Three engine steps (CPU ranges at 0, 150, 300 us) with kernels launched inside them, and sampler kernels
     launched between them; every number below follows from these times."""
     ev = []
@@ -221,6 +221,8 @@ def _trace(tmp_path, names):
         ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
                    "args": {"correlation": corr, "stream": 7, "device": 0}})
 
+    if extra_before:  # set-up work before the first step: in no phase
+        kernel(9, -60, -50, 20, "setup")
     ann(names[0], 0, 100)
     kernel(1, 10, 20, 30)
     kernel(2, 110, 115, 5, "sampler")          # between steps 0 and 1
@@ -322,3 +324,18 @@ def test_nvtx_engine_steps_number_the_steps():
     scope, path, phase, step = attribute(nest, [1, 1, 2, 1], [150, 220, 260, 950])
     assert step == [0, 1, 1, -1] and phase == ["mixed", "decode", "decode", None]
     assert scope[1] == "layers.0.mlp"
+
+
+def test_diff_other_phase_is_no_step_row(tmp_path):
+    # issue 25: the `other` phase (events outside every phase) showed a step time change of +23649%: it has no
+    # steps, so it gets no step-time row, and a note gives its busy time instead
+    names = ["execute_context_1(5)_generation_0(0)", "execute_context_1(3)_generation_2(2)",
+             "execute_context_0(0)_generation_3(3)"]
+    a = _trace(tmp_path, names, extra_before=True)
+    (tmp_path / "b").mkdir()
+    b = _trace(tmp_path / "b", names, extra_before=True)
+    assert "other" in timeline(a).phases                      # 20 us of set-up before the first step
+    d = diff_profiles(a, b)
+    assert [s.phase for s in d.steps] == ["prefill", "mixed", "decode"]
+    assert any(n.startswith("events outside every phase") and "20.0 us busy before" in n for n in d.notes)
+    assert d.verdict.startswith("decode engine step 70.0 us -> 70.0 us (+0.0%)")
