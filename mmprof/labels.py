@@ -139,8 +139,9 @@ def phase_of(name: str | None) -> str | None:
     es = engine_step(name)
     if es is not None:
         return es.phase
-    if name.startswith("draft step["):
-        return None
+    if name.startswith("draft step["):  # SGLang's speculative draft forward: the phase of its mode, but no step
+        inner = engine_step(name[6:])
+        return inner.phase if inner is not None else None
     m = _PHASE.search(name.lower())
     return m.group(1) if m else None
 

@@ -64,6 +64,13 @@ def test_not_engine_steps(label):
     assert engine_step(label) is None
 
 
+def test_sglang_draft_step_is_a_phase_not_a_step():
+    # build_step_span_name(fb, is_draft=True): "draft step[...]", the draft model's forward of a speculative step
+    assert engine_step("draft step[DECODE bs=32]") is None
+    assert phase_of("draft step[DECODE bs=32]") == "decode" and is_marker("draft step[DECODE bs=32]")
+    assert step_values(["step[DECODE bs=32]", "draft step[DECODE bs=32]"], [0, 5]) == [0, -1]
+
+
 def test_step_values_engine_steps_win():
     # ProfilerStep#N (vLLM calls profiler.step() under a torch.profiler schedule) would number the same work twice
     names = ["ProfilerStep#7", "execute_context_0(0)_generation_8(8)", "x", "execute_context_1(5)_generation_0(0)"]
