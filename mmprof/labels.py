@@ -5,6 +5,14 @@ Every importer and analysis reads labels through this module, so one spelling me
 - **phase**: a label holding the word `prefill` or `decode` (`mmprof.decode`, `decode_step`; not `decoder`,
   not `LlamaDecoderLayer`);
 - **step**: `mmprof.step.N` or `ProfilerStep#N`, the whole label (N < 2**31; larger numbers are not steps);
+- **engine steps**: the step annotations serving engines write around one scheduler iteration (`engine_step`):
+  vLLM's `execute_context_N(T)_generation_M(G)` (vllm/v1/worker/gpu_worker.py `Worker.annotate_profile`, counts
+  from vllm/v1/utils.py `compute_iteration_details`), SGLang's `step[DECODE bs=8]` / `step[EXTEND bs=2 toks=130]`
+  (python/sglang/srt/utils/profile_utils.py `build_step_span_name`) and TensorRT-LLM's
+  `[Executor] _forward_step 12: 1 ctx reqs, 7 gen reqs` (tensorrt_llm/_torch/pyexecutor/py_executor.py
+  `_forward_step`). On a rank that has them they are THE steps, numbered 0.. in the order their CPU ranges start
+  (`step_values`); their phase is prefill (context requests only), decode (generation only), mixed (both) or none
+  (an empty step); they are markers, never regions;
 - **rank** from a file name: `rank-3`, `rank_3`, `trace.rank3.db` (a separate word; not `crank3`, not `rank30x`);
 - **regions**: a scope label or module path -> `Region(layer, role, name, source)`. The role tables live in
   `mmprof/rules/roles.toml` (data): module-path suffixes after the layer index (`model.layers.12.mlp.experts`
@@ -22,7 +30,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
@@ -30,7 +38,7 @@ from mmprof.profiles.schema import MAX_RANK as _MAX_RANK
 
 ROLES_FILE = Path(__file__).resolve().parent / "rules" / "roles.toml"
 SOURCES = ("annotation", "module", "shape")
-PHASES = ("prefill", "decode")
+PHASES = ("prefill", "decode", "mixed")
 MAX_STEP = 2**31 - 1
 MAX_RANK = _MAX_RANK  # ranks and world sizes beyond this are not ranks (a file that says so is refused)
 SEP = " > "  # joins the labels of a scope path, outermost first
@@ -42,15 +50,98 @@ _RANK_TEXT = re.compile(r"\brank\s*[#:=]?\s*(\d{1,9})(?![0-9])", re.IGNORECASE)
 # a layer index inside a label: `layers.12`, `layer_3`, `h.4` (GPT-2), `blocks.7`, `decoder_layers.2`
 _LAYER = re.compile(r"(?:^|[.\s/:_-])(?:layers?|h|blocks?|decoder_layers?)[._](\d{1,6})(?:[._]([A-Za-z_][\w.]*))?$")
 _MODULE_EVENT = re.compile(r"^nn\.Module: ([A-Za-z_]\w*?)_(\d+)$")
+# engine step annotations (see `engine_step`); counts are bounded to 9 digits
+_N = r"(\d{1,9})"
+_VLLM_STEP = re.compile(r"^execute_(?:\d{1,9}_)?context_" + _N + r"\((?:sq)?" + _N + r"(?:sk\d{1,12}sqsq\d{1,18}sqsk\d{1,18})?\)"
+                        r"_generation_" + _N + r"\((?:sq)?" + _N + r"(?:sk\d{1,12}sqsq\d{1,18}sqsk\d{1,18})?\)$")
+_SGLANG_STEP = re.compile(r"^step\[([A-Z][A-Z0-9_]{0,30}) bs=" + _N + r"(?: toks=" + _N + r")?(?: [^\]]{0,200})?\]$")
+_TRTLLM_STEP = re.compile(r"^\[Executor\] _forward_step(?: " + _N + r")?: " + _N + r" ctx reqs, (?:" + _N
+                          + r" ctx tokens, )?" + _N + r" gen reqs$")
+_SGLANG_DRAFT = re.compile(r"^draft step\[[^\]]{0,240}\]$")
+# SGLang's ForwardMode (python/sglang/srt/model_executor/forward_batch_info.py) -> phase; IDLE (a DP-attention
+# worker with nothing to run) and modes not listed have no phase
+_SGLANG_PHASE = {"EXTEND": "prefill", "SPLIT_PREFILL": "prefill", "PREBUILT": "decode", "DECODE": "decode",
+                 "TARGET_VERIFY": "decode", "MIXED": "mixed", "DLLM_EXTEND": "prefill"}
 # labels that mark phases / steps / profiler bookkeeping, never a region
 _MARKER = re.compile(r"^(?:mmprof\.(?:prefill|decode|step\.\d+)|ProfilerStep#\d+|## .* ##|PyTorch Profiler.*|"
                      r"Iteration.*|\[memory\])$")
 
 
+@dataclass(frozen=True)
+class EngineStep:
+    """One serving-engine step annotation, parsed. Counts the engine's label does not carry are None."""
+
+    engine: str                 # vllm, sglang, trtllm
+    phase: str | None           # prefill, decode, mixed, or None (no scheduled work)
+    ctx_reqs: int | None        # prefill (context) requests in the step
+    ctx_tokens: int | None
+    gen_reqs: int | None        # decode (generation) requests
+    gen_tokens: int | None      # vLLM: > gen_reqs with speculative decoding (draft tokens are verified)
+    mode: str | None = None     # SGLang's ForwardMode name
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _step_phase(ctx: int | None, gen: int | None) -> str | None:
+    c, g = bool(ctx), bool(gen)
+    return "mixed" if c and g else "prefill" if c else "decode" if g else None
+
+
+@lru_cache(maxsize=65536)
+def engine_step(name: str | None) -> EngineStep | None:
+    """The engine step a label marks (vLLM / SGLang / TensorRT-LLM, module docstring), or None."""
+    if not name or len(name) > 400:
+        return None
+    if name.startswith("execute_"):
+        m = _VLLM_STEP.match(name)
+        if m:
+            cr, ct, gr, gt = (int(x) for x in m.groups())
+            return EngineStep("vllm", _step_phase(cr, gr), cr, ct, gr, gt)
+        return None
+    if name.startswith("step["):
+        m = _SGLANG_STEP.match(name)
+        if m:
+            mode, bs, toks = m.group(1), int(m.group(2)), m.group(3)
+            ph = _SGLANG_PHASE.get(mode)
+            if ph == "prefill":
+                return EngineStep("sglang", ph if bs else None, bs, int(toks) if toks else None, 0, 0, mode)
+            if ph == "decode":  # DECODE: one token per request; a verify step's token count is not in the label
+                return EngineStep("sglang", ph if bs else None, 0, 0, bs, bs if mode == "DECODE" else None, mode)
+            return EngineStep("sglang", ph if bs else None, None, int(toks) if toks else None, None, None, mode)
+        return None
+    if name.startswith("[Executor] _forward_step"):
+        m = _TRTLLM_STEP.match(name)
+        if m:
+            _, cr, ct, gr = m.groups()
+            cr, gr = int(cr), int(gr)
+            return EngineStep("trtllm", _step_phase(cr, gr), cr, int(ct) if ct else None, gr, None)
+    return None
+
+
+def step_values(names: Sequence[str], starts: Sequence[int]) -> list[int]:
+    """The step number each label of one rank's CPU ranges marks (-1: none). Where engine step annotations exist
+    they are the steps, numbered 0.. in start order (ties in list order), and ProfilerStep#N / mmprof.step.N are
+    then not steps (they would number the same work twice); otherwise `step_of` of each label."""
+    eng = [i for i, n in enumerate(names) if engine_step(n) is not None]
+    if not eng:
+        return [step_of(n) for n in names]
+    out = [-1] * len(names)
+    for k, i in enumerate(sorted(eng, key=lambda i: (starts[i], i))):
+        out[i] = k
+    return out
+
+
 def phase_of(name: str | None) -> str | None:
-    """'prefill' / 'decode' when the label holds the word; else None."""
+    """The phase an engine step label marks, else 'prefill' / 'decode' when the label holds the word; else None."""
     if not name:
         return None
+    es = engine_step(name)
+    if es is not None:
+        return es.phase
+    if name.startswith("draft step["):  # SGLang's speculative draft forward: the phase of its mode, but no step
+        inner = engine_step(name[6:])
+        return inner.phase if inner is not None else None
     m = _PHASE.search(name.lower())
     return m.group(1) if m else None
 
@@ -98,8 +189,9 @@ def rank_from_text(text: str | None) -> int | None:
 
 
 def is_marker(name: str | None) -> bool:
-    """True for phase / step / profiler bookkeeping labels (they never name a region)."""
-    return bool(name) and bool(_MARKER.match(name))
+    """True for phase / step / profiler bookkeeping labels and engine step annotations (never a region)."""
+    return bool(name) and (bool(_MARKER.match(name)) or engine_step(name) is not None
+                           or bool(_SGLANG_DRAFT.match(name)))
 
 
 def module_event(name: str | None) -> tuple[str, int] | None:

@@ -133,7 +133,34 @@ def test_cpu_against_gpu_profile_warns():
     s = Synth(device={"index": 0, "name": "cpu", "vendor": "cpu"})
     s.op(SKINNY, 0, 10_000)
     d = diff_profiles(s.build(), decode_run(steps=1, layers=1))
-    assert any("cpu_ops profile with a kernels profile" in w for w in d.warnings)
+    assert any("CPU (ops) profile with a GPU (kernels) profile" in w for w in d.warnings)
+    # issue 25: the warning about what is compared comes before the verdict, on the terminal too
+    assert any("CPU (ops) profile" in w for w in d.preface)
+    from io import StringIO
+
+    from rich.console import Console
+
+    from mmprof.render.text.report import render_diff
+    buf = StringIO()
+    render_diff(d, Console(file=buf, width=200, color_system=None))
+    out = buf.getvalue()
+    assert out.index("CPU (ops) profile") < out.index("verdict:")
+    assert out.count("CPU (ops) profile") == 1
+
+
+def test_verdict_names_every_bigger_move():
+    # issue 25 (h200x2 eager -> graphs, batch 64): host-bound -> memory-bound named, communication 44.8% -> 3.8%
+    # left out; a category that moved more points than the ones the verdict names is named too
+    from mmprof.analysis.diff import CategoryChange, _verdict
+    from mmprof.analysis.timeline import CATEGORIES, LABELS
+    share = {"idle_host": (0.40, 0.10), "memory_bound": (0.10, 0.45), "communication": (0.448, 0.038)}
+    cats = [CategoryChange(c, LABELS[c], *share.get(c, (0.0, 0.0)), 0, 0) for c in CATEGORIES]
+    v = _verdict("decode", cats, None, ("idle_host", "memory_bound"))
+    assert "moved from launch/queue overhead to memory bandwidth" in v
+    assert "also communication 44.8% -> 3.8% (-41 pp)" in v
+    v = _verdict("decode", cats, None, ("memory_bound", "memory_bound"))
+    assert "still memory bandwidth" in v and "communication" in v   # -41 pp > +35 pp
+    assert "launch/queue" not in v                                 # -30 pp: less than the named move
 
 
 EVIL = "<script>alert(1)</script>"

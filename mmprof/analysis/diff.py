@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mmprof.analysis.diff_verdict import NOUNS, StepMove, _moves, _verdict  # noqa: F401 (NOUNS: re-exported)
+from mmprof.analysis.engine_steps import describe, engine_steps
 from mmprof.analysis.events import EventFrame, events_of
 from mmprof.analysis.ranks import rank_analysis
 from mmprof.analysis.timeline import CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, phase_labels, timeline
@@ -30,9 +32,6 @@ from mmprof.labels import is_marker, module_event
 from mmprof.names import display_name
 from mmprof.units import fmt_ns
 
-NOUNS = {"compute_bound": "compute", "memory_bound": "memory bandwidth", "unattributed": "unattributed compute",
-         "communication": "communication", "memcpy": "memory copies", "idle_host": "launch/queue overhead",
-         "idle_other": "idle time (sync / dependencies)"}
 UNSCOPED = "(unscoped)"
 MINOR_SHARE = 0.001  # variants below this share of a side's event time and count are not reported as path changes
 
@@ -180,6 +179,9 @@ class DiffResult:
     warnings: list[str] = field(default_factory=list)
     plain: dict[str, Any] | None = None  # tokens/s measured without the profiler (mmprof run's meta.run), both sides
     ranks: dict[str, Any] | None = None  # imbalance across ranks (`mmprof ranks`), both sides, on multi-rank profiles
+    moves: list[StepMove] = field(default_factory=list)  # per step of the phase: time per category, both sides
+    engine: tuple[str, str] | None = None  # the engine steps compared ("30 engine steps of 8 decode requests", ...)
+    preface: list[str] = field(default_factory=list)  # warnings about what is compared, shown before the verdict
 
     @property
     def moved(self) -> bool:
@@ -198,7 +200,8 @@ class DiffResult:
                 "by_layer": [d.to_dict() for d in self.by_layer], "by_rank": [d.to_dict() for d in self.by_rank],
                 "layers": [d.to_dict() for d in self.layers],
                 "per_step": self.per_step, "notes": self.notes, "warnings": self.warnings, "plain": self.plain,
-                "ranks": self.ranks}
+                "ranks": self.ranks, "moves": [m.to_dict() for m in self.moves],
+                "engine_steps": list(self.engine) if self.engine else None, "preface": self.preface}
 
 
 def _short(s: str, n: int = 60) -> str:
@@ -314,26 +317,6 @@ def _path_changes(vb: dict, va: dict) -> list[PathChange]:
     return sorted(out, key=lambda p: -p.weight)
 
 
-def _verdict(phase: str, cats: list[CategoryChange], step: StepChange | None, dom: tuple) -> str:
-    parts = []
-    if step and step.before_ns and step.after_ns:
-        what = "step" if phase in (NO_PHASE, "whole run") else f"{phase} step"
-        parts.append(f"{what} {fmt_ns(step.before_ns)} -> {fmt_ns(step.after_ns)} ({step.change:+.1%})")
-    by = {c.category: c for c in cats}
-    b, a = dom
-    if b is None or a is None:
-        parts.append("no wall time to compare")
-    elif b != a:
-        cb, ca = by[b], by[a]
-        parts.append(f"{cb.label} {cb.before_share:.0%} -> {cb.after_share:.0%}, {ca.label} {ca.before_share:.0%} -> "
-                     f"{ca.after_share:.0%}: the bottleneck moved from {NOUNS[b]} to {NOUNS[a]}")
-    else:
-        c = by[a]
-        parts.append(f"the bottleneck is still {NOUNS[a]}: {c.label} {c.before_share:.0%} -> {c.after_share:.0%} "
-                     f"({c.delta_pp:+.0f} pp)")
-    return "; ".join(parts)
-
-
 def plain_timing_change(before, after) -> dict[str, Any] | None:
     """Tokens/s measured without the profiler, when both profiles carry them (`mmprof run` stores them in
     meta.run): the profile's own step times are stretched by the profiler, these are not."""
@@ -395,11 +378,16 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
     warnings += [f"after: {w}" for w in a.events.warnings if w not in b.events.warnings]
     warnings = list(dict.fromkeys(warnings))
     notes = list(dict.fromkeys(b.events.notes + a.events.notes))
+    preface = []
     if b.events.source != a.events.source:
-        warnings.append(f"comparing a {b.events.source} profile with a {a.events.source} profile: categories differ in meaning")
+        what = {"kernels": "GPU (kernels)", "cpu_ops": "CPU (ops)"}
+        preface.append(f"comparing a {what.get(b.events.source, b.events.source)} profile with a "
+                       f"{what.get(a.events.source, a.events.source)} profile: the categories differ in meaning "
+                       "(GPU idle vs time between CPU ops), so the verdict compares two set-ups, not a change")
     mismatch = setup_mismatch(before, after)
     if mismatch:
-        warnings.insert(0, mismatch)  # first: the whole comparison rests on it
+        preface.insert(0, mismatch)  # first: the whole comparison rests on it
+    warnings = preface + warnings
     if rank is not None:
         for name, s in (("before", b), ("after", a)):
             if rank not in s.tl.ranks:
@@ -409,7 +397,13 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
     phase_name = ph or "whole run"
     # step time per shared phase
     steps = []
-    for p in [p for p in b.tl.phases if p in a.tl.phases] or ([None] if ph is None else [ph]):
+    # `other` (events outside every phase) has no steps: its "step time" would be a meaningless ratio
+    shared = [p for p in b.tl.phases if p in a.tl.phases and p != "other"]
+    if any(p == "other" for p in b.tl.phases + a.tl.phases) and ph != "other":
+        ob, oa = b.tl.breakdown("other", rank), a.tl.breakdown("other", rank)
+        notes.append(f"events outside every phase (set-up, work between the profiled steps): {fmt_ns(ob.span_ns)} "
+                     f"busy before, {fmt_ns(oa.span_ns)} after; not a phase, not compared as steps")
+    for p in shared or ([None] if ph is None else [ph]):
         sb = b.tl.step_stats(p, rank) if p else _whole(b.tl, rank)
         sa = a.tl.step_stats(p, rank) if p else _whole(a.tl, rank)
         ch = (sa.median_ns / sb.median_ns - 1.0) if sb.median_ns and sa.median_ns else None
@@ -421,7 +415,16 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
     cats = [CategoryChange(c, LABELS[c], bb.share(c), ba.share(c), bb.time_ns[c], ba.time_ns[c]) for c in CATEGORIES]
     dom = (bb.dominant, ba.dominant)
     step = next((s for s in steps if s.phase == phase_name), None)
-    verdict = _verdict(phase_name, cats, step, dom)
+    moves = _moves(bb, ba, step.before_steps, step.after_steps) if step and ph is not None else []
+    eng = b.tl.engine and a.tl.engine
+    verdict = _verdict(phase_name, cats, step, dom, moves, eng)
+    engine = None
+    if b.tl.engine or a.tl.engine:
+        engine = tuple(describe(engine_steps(s.profile), ph) if s.tl.engine else "no engine steps" for s in (b, a))
+        if not eng:
+            preface.append(f"only the {'before' if b.tl.engine else 'after'} profile has engine steps: the other's "
+                           "steps are not a serving engine's, so per-step host time is not comparable")
+            warnings.insert(0, preface[-1])
     plain = plain_timing_change(before, after)
     if plain:
         notes.insert(0, plain["text"])
@@ -461,7 +464,7 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
                   for lab, s in (("before", b), ("after", a))}
     return DiffResult(labels[0], labels[1], phase_name, rank, (b.events.source, a.events.source), steps, cats, dom,
                       verdict, _path_changes(vb, va), matched, by_scope, by_layer, by_rank, per_step, layers,
-                      notes, warnings, plain=plain, ranks=across)
+                      notes, warnings, plain=plain, ranks=across, moves=moves, engine=engine, preface=preface)
 
 
 def _whole(tl: TimelineResult, rank: int | None):

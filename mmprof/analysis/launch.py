@@ -108,6 +108,10 @@ def launch_analysis(profile, events: EventFrame | None = None, tl: TimelineResul
         else:
             verdict = "not launch-bound"
             reason = f"host-bound idle is {share or 0:.0%} of the wall time (threshold {LAUNCH_BOUND_SHARE:.0%})"
+            host = br.share("idle_between") + br.share("idle_prep")
+            if host:  # engine steps: the host's own time is not launch overhead
+                reason += (f"; the GPU waits {host:.0%} of the wall time for the host's own work inside and between "
+                           "the engine steps")
         out.append(LaunchStats(
             ph, n, nl, *(float(np.percentile(d, q)) if nl else None for q in (50, 90, 99)),
             int(short.sum()), int(ev.dur[short].sum()), lps, share, verdict, reason))

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.collectives import CollectiveStat, align_calls, collective_stats
+from mmprof.analysis.engine_steps import describe, engine_steps
 from mmprof.analysis.events import CAT_COMM, events_of
 from mmprof.analysis.timeline import phase_labels
 from mmprof.errors import NoEvidence
@@ -31,7 +32,7 @@ from mmprof.units import fmt_ns
 THRESHOLD = 0.05      # imbalance (the ranks' spread in waiting, as a share of the step) that makes a finding
 TOP_REGIONS = 5
 UNSCOPED = "(unscoped)"
-_ORDER = {"prefill": 0, "decode": 1}
+_ORDER = {"prefill": 0, "mixed": 1, "decode": 2}
 
 
 @dataclass
@@ -158,7 +159,7 @@ def _label(region: str, layer: int) -> str:
 
 
 def _phase_order(p: str) -> tuple:
-    return (_ORDER.get(p, 2), p)
+    return (_ORDER.get(p, 3), p)
 
 
 def rank_analysis(profile, events=None, shape_regions=None, threshold: float = THRESHOLD,
@@ -174,6 +175,13 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
     calls = align_calls(profile, ev, c_ph)
     warnings = list(calls.warnings)
     notes: list[str] = list(calls.notes)
+    es = engine_steps(profile)
+    if len(es):  # the ranks' steps are the engine's: step N is the N-th engine step of every rank
+        per = es.groupby("rank").size()
+        notes.append(f"steps are the engine's own step annotations ({', '.join(sorted(set(es['engine'])))}): "
+                     f"{describe(es[es['rank'] == per.index[0]])} on rank {int(per.index[0])}"
+                     + ("" if per.nunique() == 1 else f"; the ranks hold {per.min()}-{per.max()} engine steps, so "
+                        "step N may not be the same iteration on every rank"))
     # regions: codes over the frame's region strings; a collective takes its kernel's / op's region
     reg_s = np.where(ev.region == None, UNSCOPED, ev.region).astype(object) if len(ev) else np.array([], object)
     c_reg = np.where(calls.event >= 0, reg_s[np.maximum(calls.event, 0)] if len(ev) else UNSCOPED, UNSCOPED)

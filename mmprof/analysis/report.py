@@ -15,14 +15,16 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.checks.verify import verify
+from mmprof.analysis.engine_steps import describe, engine_steps
 from mmprof.analysis.events import CAT_COMM, CAT_MEMCPY, EventFrame, events_of
 from mmprof.analysis.graphs import GraphSummary, graph_summary
-from mmprof.analysis.launch import LaunchStats, launch_analysis
+from mmprof.analysis.launch import LAUNCH_BOUND_SHARE, LaunchStats, launch_analysis
 from mmprof.analysis.ranks import rank_analysis
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, summarise_bounds
 from mmprof.analysis.timeline import NO_PHASE, Breakdown, StepStats, phase_labels, timeline
 from mmprof.errors import MmprofError, NoEvidence
 from mmprof.names import display_name
+from mmprof.units import fmt_ns
 
 TOP_KERNELS = 10
 
@@ -59,12 +61,37 @@ class PhaseReport:
     bottleneck: str
     top_kernels: list[KernelRow]
     launch: LaunchStats | None
+    engine_steps: dict[str, Any] | None = None  # per engine step of the phase: median and p90 of each part (ns)
 
     def to_dict(self) -> dict[str, Any]:
         return {"phase": self.phase, "rank": self.rank, "breakdown": self.breakdown.to_dict(),
                 "step": self.step.to_dict(), "bounds": self.bounds.to_dict(), "bottleneck": self.bottleneck,
                 "top_kernels": [k.to_dict() for k in self.top_kernels],
-                "launch": self.launch.to_dict() if self.launch else None}
+                "launch": self.launch.to_dict() if self.launch else None, "engine_steps": self.engine_steps}
+
+
+STEP_PARTS = {"period": None, "GPU busy": ("compute_bound", "memory_bound", "unattributed", "communication", "memcpy"),
+              "idle in the step (launch/queue, sync)": ("idle_host", "idle_other"), "host inside the step": ("idle_prep",),
+              "host between steps": ("idle_between",)}
+
+
+def engine_step_parts(tl, phase: str, rank: int | None = None) -> dict[str, Any] | None:
+    """Per engine step of a phase (rank: that rank's; else the slowest rank's step), its period split into GPU busy,
+    launch / queue (and other idle), host inside and host between: the median and p90 over the steps, in ns, and
+    the steps' count. The parts of one step add up to its period. None when the phase has no engine steps."""
+    if not tl.engine:
+        return None
+    w = tl.windows[(tl.windows["phase"] == phase) & (tl.windows["step"] >= 0)]
+    if rank is not None:
+        w = w[w["rank"] == rank]
+    if w.empty or not (w["idle_between"].sum() + w["idle_prep"].sum()):
+        return None
+    w = w.loc[w.groupby("step")["span_ns"].idxmax()]  # per step the slowest rank
+    out: dict[str, Any] = {"steps": int(len(w))}
+    for part, cats in STEP_PARTS.items():
+        v = w["span_ns"] if cats is None else w[list(cats)].sum(axis=1)
+        out[part] = {"median_ns": float(np.median(v)), "p90_ns": float(np.percentile(v, 90))}
+    return out
 
 
 @dataclass
@@ -78,16 +105,57 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     graphs: GraphSummary | None = None
     ranks: Any = None                  # RanksResult on a multi-rank profile (`mmprof ranks`), else None
+    engine: dict[str, str] = field(default_factory=dict)  # phase -> its engine steps, in words (serving traces)
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "devices": self.devices, "phases": [p.to_dict() for p in self.phases],
                 "per_rank": [p.to_dict() for p in self.per_rank], "checks": self.checks, "notes": self.notes,
                 "warnings": self.warnings, "graphs": self.graphs.to_dict() if self.graphs else None,
-                "ranks": self.ranks.summary() if self.ranks else None}
+                "ranks": self.ranks.summary() if self.ranks else None, "engine_steps": self.engine}
 
 
-def bottleneck_statement(phase: str, br: Breakdown, bounds: BoundSummary, source: str = "kernels") -> str:
+def engine_statement(phase: str, br: Breakdown, steps: int = 0, graph_share: float | None = None,
+                     launches: float | None = None) -> str | None:
+    """The bottleneck of a serving engine's phase (engine steps: the windows have idle_between / idle_prep), or
+    None when the phase has no engine-step time. Host time (between the steps and inside them before the launches)
+    is named as host time, never as launch-bound: the launch / queue share is said beside it."""
+    between, prep = br.time_ns.get("idle_between", 0), br.time_ns.get("idle_prep", 0)
+    if not br.span_ns or between + prep == 0:
+        return None
+    host = between + prep
+    busy = sum(br.time_ns.get(c, 0) for c in ("compute_bound", "memory_bound", "unattributed", "communication",
+                                               "memcpy"))
+    n = max(steps, 1)
+    per = (f"; per step on average {fmt_ns(br.span_ns / n)}: GPU busy {fmt_ns(busy / n)}, launch/queue "
+           f"{fmt_ns(br.time_ns.get('idle_host', 0) / n)}, host {fmt_ns(host / n)}") if steps else ""
+    graphs = f"; CUDA/HIP graphs replay {graph_share:.0%} of the kernel time" if graph_share else ""
+    ph = "the run" if phase == NO_PHASE else phase
+    rest = {c: v for c, v in br.time_ns.items() if c not in ("idle_between", "idle_prep")}
+    if host >= max(rest.values(), default=0):
+        lq = br.share("idle_host")
+        inside = (f"input preparation and the Python between its {launches:.0f} launches" if launches
+                  else "input preparation, Python before the launches")
+        lb = f"not launch-bound (launch/queue {lq:.0%})" if lq < LAUNCH_BOUND_SHARE else f"launch/queue {lq:.0%}"
+        return (f"{ph} is host-bound: the GPU waits for the host {host / br.span_ns:.0%} of each engine step, "
+                f"{br.share('idle_prep'):.0%} inside the step ({inside}) and "
+                f"{br.share('idle_between'):.0%} between the steps (scheduler, sampler, the engine's Python); "
+                f"{lb}{per}{graphs}")
+    return None
+
+
+def bottleneck_statement(phase: str, br: Breakdown, bounds: BoundSummary, source: str = "kernels",
+                         steps: int = 0, graph_share: float | None = None, launches: float | None = None) -> str:
     """One line naming the dominant category of a phase, with the efficiency of the bound where known."""
+    eng = engine_statement(phase, br, steps, graph_share, launches) if source == "kernels" else None
+    if eng is not None:
+        return eng
+    host = br.time_ns.get("idle_between", 0) + br.time_ns.get("idle_prep", 0)
+    tail = (f" (engine steps: the GPU waits for the host {host / br.span_ns:.0%} of each step)"
+            if host and br.span_ns else "")
+    return _dominant_statement(phase, br, bounds, source) + tail
+
+
+def _dominant_statement(phase: str, br: Breakdown, bounds: BoundSummary, source: str = "kernels") -> str:
     dom = br.dominant
     phase = "the run" if phase == NO_PHASE else phase
     if dom is None:
@@ -193,12 +261,22 @@ def build_report(profile, phase: str | None = None, rank: int | None = None, top
         br = tl.breakdown(ph, r)
         bounds = summarise_bounds(ev.roof, ev.dur, ev.rank, m)
         ls = la.phase(ph) if r is None else launch_analysis(profile, ev, tl, rank=r).phase(ph)
-        return PhaseReport(ph, r, br, tl.step_stats(ph, r), bounds, bottleneck_statement(ph, br, bounds, ev.source),
-                           _top_kernels(profile, ev, m, top), ls)
+        st = tl.step_stats(ph, r)
+        kern = m & (ev.table == 0)
+        kt = float(ev.dur[kern].sum())
+        gshare = float(ev.dur[kern & (ev.graph >= 0)].sum()) / kt if kt else None
+        return PhaseReport(ph, r, br, st, bounds,
+                           bottleneck_statement(ph, br, bounds, ev.source, st.steps if tl.engine else 0, gshare,
+                                                ls.launches_per_step if ls else None),
+                           _top_kernels(profile, ev, m, top), ls, engine_step_parts(tl, ph, r))
 
     agg = [one(ph, rank) for ph in phases]
     per_rank = [one(ph, r) for ph in phases for r in ranks] if len(ranks) > 1 else []
     devices = {r: (p.name if p else None) for r, p in (ev.roof.peaks.items() if ev.roof else [])}
     across = rank_analysis(profile, ev, phase=phase) if rank is None and len(tl.ranks) > 1 else None
+    es = engine_steps(profile) if tl.engine else None
+    engine = {ph: describe(es[es["rank"] == (rank if rank is not None else es["rank"].min())], ph)
+              for ph in phases} if es is not None and len(es) else {}
     return Report(ev.source, devices, agg, per_rank, _checks(profile, shape_regions), list(tl.notes),
-                  list(dict.fromkeys(tl.warnings + la.warnings)), graph_summary(profile, ev, rank), across)
+                  list(dict.fromkeys(tl.warnings + la.warnings)), graph_summary(profile, ev, rank), across,
+                  engine={k: v for k, v in engine.items() if v != "no engine steps"})

@@ -12,6 +12,22 @@ event end) falls in exactly one category, so the shares add up to 100% of the wa
                                                (launch / queueing overhead)
     idle_other                                 nothing runs although the next kernel was already launched
                                                (synchronisation, dependencies) or with no launch evidence
+    idle_between                               (engine steps only) nothing runs between two engine steps while
+                                               the host is outside the step ranges: the engine's scheduler,
+                                               sampler, output processing, Python
+    idle_prep                                  (engine steps only) nothing runs while the host works inside the
+                                               step before launching the next work: from the step's CPU start to
+                                               its first event, and inside the step the part of a host-bound gap
+                                               before the next event's launch call began (input preparation,
+                                               attention metadata, Python); the rest of the gap, from the launch
+                                               call on, stays idle_host (launch / queue)
+
+Engine steps (`mmprof.analysis.engine_steps`: vLLM's `execute_context_N(T)_generation_M(G)`, SGLang's
+`step[...]`, TensorRT-LLM's `_forward_step`) are the steps of a serving engine, and the time between them is
+theirs: an engine step's window runs from its first event's start (after the GPU idle of its own preparation,
+from its CPU range's start: idle_prep) to the next step's, so a rank's engine-step windows tile its timeline from
+the first step to the last and the step time is the step-to-step period. Work launched between two steps (vLLM's
+sampler runs after `execute_model`) is busy time of the step before; the idle time there is idle_between.
 
 Overlapping streams are counted once: at each instant the highest category in the order above wins, so
 communication overlapped with compute counts as compute (reported separately as `comm_overlapped_ns`).
@@ -29,19 +45,24 @@ run every gap between compute ops is host time (Python / framework overhead): id
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from mmprof.analysis.engine_steps import engine_steps
 from mmprof.analysis.events import CAT_COMM, EventFrame, codes, events_of
 from mmprof.errors import NoEvidence
 
-CATEGORIES = ("compute_bound", "memory_bound", "unattributed", "communication", "memcpy", "idle_host", "idle_other")
+CATEGORIES = ("compute_bound", "memory_bound", "unattributed", "communication", "memcpy", "idle_host", "idle_other",
+              "idle_between", "idle_prep")
 LABELS = {"compute_bound": "compute-bound", "memory_bound": "memory-bound", "unattributed": "unattributed compute",
           "communication": "communication", "memcpy": "memcpy", "idle_host": "idle: host-bound (launch/queue)",
-          "idle_other": "idle: other"}
+          "idle_other": "idle: other", "idle_between": "idle: host between engine steps",
+          "idle_prep": "idle: host work inside the step"}
+ENGINE_CATEGORIES = ("idle_between", "idle_prep")  # only engine-step windows have these
+KIND_WINDOW, KIND_BETWEEN, KIND_PREP, KIND_ENGINE = 0, 1, 2, 3  # window piece kinds (KIND_ENGINE: an engine step's)
 _BUSY = 5
 NO_PHASE = "all"
 
@@ -97,11 +118,18 @@ class TimelineResult:
     windows: pd.DataFrame
     notes: list[str]
     warnings: list[str]
+    engine: bool = False        # some rank's steps are a serving engine's steps (idle_between / idle_prep apply)
+    pieces: dict = field(default_factory=dict)  # rank -> (start, end, window, kind) of its engine-step pieces
 
     @property
     def phases(self) -> list[str]:
-        order = {"prefill": 0, "decode": 1}
-        return sorted(self.windows["phase"].unique().tolist(), key=lambda p: (order.get(p, 2), p))
+        """The phases with wall time, prefill, mixed, decode first; `other` (events outside every phase) only when
+        it holds busy time outside the other windows."""
+        order = {"prefill": 0, "mixed": 1, "decode": 2}
+        w = self.windows
+        span = w.groupby("phase")["span_ns"].sum()
+        ps = [p for p in w["phase"].unique().tolist() if p != "other" or span.get(p, 0) > 0]
+        return sorted(ps, key=lambda p: (order.get(p, 3), p))
 
     @property
     def ranks(self) -> list[int]:
@@ -128,8 +156,9 @@ class TimelineResult:
         per_step = w.groupby("step")["span_ns"].max()
         known = per_step[per_step.index >= 0]
         if len(known):
-            return StepStats(phase, len(known), float(known.median()), float(known.mean()), int(known.sum()),
-                             "median over steps of the slowest rank's event span")
+            how = ("median over engine steps of the slowest rank's step-to-step period" if self.engine
+                   else "median over steps of the slowest rank's event span")
+            return StepStats(phase, len(known), float(known.median()), float(known.mean()), int(known.sum()), how)
         return StepStats(phase, 1, float(per_step.max()), float(per_step.max()), int(per_step.max()),
                          "event span of the phase (no step markers)")
 
@@ -178,9 +207,19 @@ def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
     ext_s[span_df.index.to_numpy()] = span_df["s"].to_numpy()
     ext_e[span_df.index.to_numpy()] = span_df["e"].to_numpy()
     acc = _Acc(G)
+    es = engine_steps(profile) if ev.source == "kernels" else None
+    engine = False
+    pieces: dict = {}
     for r in np.unique(g_rank).tolist():
         full = np.flatnonzero((g_rank == r) & ~scattered)
         segs = _partition(full, ext_s[full], ext_e[full])
+        rank_steps = es[es["rank"] == r] if es is not None and len(es) else None
+        if rank_steps is not None and len(rank_steps) and len(segs[0]):
+            engine = True
+            segs = _engine_pieces(segs, g_step, rank_steps, ev, np.flatnonzero(ev.rank == r))
+            pieces[r] = segs
+        else:
+            segs = segs + (np.zeros(len(segs[0]), np.int8),)
         _sweep_rank(np.flatnonzero(ev.rank == r), gcode, ev, segs, np.flatnonzero((g_rank == r) & scattered), acc)
     cols = acc.cols
     busy = sum(cols[c] for c in CATEGORIES[:_BUSY])
@@ -190,13 +229,68 @@ def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
     else:
         cols["idle_host"] = np.minimum(acc.host, idle)
     cols["idle_other"] = idle - cols["idle_host"]
-    span = busy + idle
+    cols["idle_between"] = acc.between
+    cols["idle_prep"] = acc.prep
+    span = busy + idle + acc.between + acc.prep
     wstart = np.where(acc.own_s <= acc.own_e, acc.own_s, ext_s)
     wend = np.where(acc.own_s <= acc.own_e, acc.own_e, ext_e)
     w = pd.DataFrame({"rank": g_rank, "phase": g_phase, "step": g_step,
                       "start_ns": wstart, "end_ns": wend, "span_ns": span, **cols,
                       "comm_total_ns": acc.comm_total, "comm_overlapped_ns": acc.comm_over})
-    return TimelineResult(ev.source, w, list(ev.notes), list(ev.warnings))
+    return TimelineResult(ev.source, w, list(ev.notes), list(ev.warnings), engine, pieces)
+
+
+def _engine_pieces(segs, g_step: np.ndarray, steps: pd.DataFrame, ev: EventFrame, idx: np.ndarray):
+    """The window pieces of a rank with engine steps, plus the time between them: after an engine-step window,
+    up to the next step's CPU start, a `between` piece of that window; from there to the next window, a `prep`
+    piece of the next one (its first piece also gets one from its own CPU start). After the last window, a
+    `between` piece up to the last event that starts before the next engine step's CPU start (the sampler of the
+    last step). Returns (start, end, group, kind) sorted and disjoint."""
+    a, b, g = segs
+    cpu = dict(zip(steps["step"].tolist(), steps["cpu_start_ns"].tolist()))
+    is_eng = np.array([int(g_step[x]) in cpu for x in g.tolist()], dtype=bool)
+    A, B, Gs, K = [a], [b], [g], [np.where(is_eng, KIND_ENGINE, KIND_WINDOW).astype(np.int8)]
+
+    def add(x: int, y: int, grp: int, kind: int) -> None:
+        if y > x:
+            A.append(np.array([x], np.int64))
+            B.append(np.array([y], np.int64))
+            Gs.append(np.array([grp], np.int64))
+            K.append(np.array([kind], np.int8))
+
+    first_seen: set[int] = set()
+    for k in range(len(a)):
+        grp = int(g[k])
+        if is_eng[k] and grp not in first_seen:   # the step's own preparation before its first piece
+            first_seen.add(grp)
+            lo = int(b[k - 1]) if k else None
+            cs = cpu[int(g_step[grp])]
+            start = max(cs, lo) if lo is not None else cs
+            if k == 0 or not is_eng[k - 1]:
+                add(start, int(a[k]), grp, KIND_PREP)
+        if k + 1 < len(a):
+            x, y = int(b[k]), int(a[k + 1])
+            if y <= x or not is_eng[k]:
+                continue
+            nxt = int(g[k + 1])
+            cs = cpu.get(int(g_step[nxt])) if is_eng[k + 1] else None
+            cut = y if cs is None else min(max(cs, x), y)
+            add(x, cut, grp, KIND_BETWEEN)
+            if is_eng[k + 1] and nxt not in first_seen:
+                first_seen.add(nxt)
+                add(cut, y, nxt, KIND_PREP)
+    if len(a) and is_eng[-1]:
+        x = int(b[-1])
+        last_step = int(g_step[int(g[-1])])
+        later = steps.loc[steps["step"] > last_step, "cpu_start_ns"]
+        cutoff = int(later.min()) if len(later) else np.iinfo(np.int64).max
+        st, en = ev.start[idx], ev.end[idx]
+        tail = (st >= x) & (st < cutoff)
+        if tail.any():
+            add(x, int(en[tail].max()), int(g[-1]), KIND_BETWEEN)
+    A_, B_, G_, K_ = (np.concatenate(v) for v in (A, B, Gs, K))
+    o = np.argsort(A_, kind="stable")
+    return A_[o], B_[o], G_[o], K_[o]
 
 
 class _Acc:
@@ -206,6 +300,8 @@ class _Acc:
         self.cols = {c: np.zeros(G, dtype=np.int64) for c in CATEGORIES}
         self.idle = np.zeros(G, dtype=np.int64)
         self.host = np.zeros(G, dtype=np.int64)
+        self.between = np.zeros(G, dtype=np.int64)
+        self.prep = np.zeros(G, dtype=np.int64)
         self.comm_total = np.zeros(G, dtype=np.int64)
         self.comm_over = np.zeros(G, dtype=np.int64)
         self.own_s = np.full(G, np.iinfo(np.int64).max, dtype=np.int64)
@@ -249,7 +345,7 @@ def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scatte
     """Interval sweep over one rank's events, with the window pieces `segs` as extra boundaries: every instant
     is counted once, in the window piece that holds it (busy in the highest category active, else idle), or
     outside every piece, when busy, in the scattered window of an event active then."""
-    seg_a, seg_b, seg_g = segs
+    seg_a, seg_b, seg_g, seg_k = segs
     keep = idx[ev.end[idx] > ev.start[idx]]
     n, m = len(keep), len(seg_a)
     if n + m == 0:
@@ -273,6 +369,7 @@ def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scatte
     pos = np.searchsorted(seg_a, t, side="right") - 1
     inside = (pos >= 0) & (t < seg_b[np.maximum(pos, 0)]) if m else np.zeros(len(t), bool)
     owner = np.where(inside, seg_g[np.maximum(pos, 0)] if m else -1, -1)
+    kind = np.where(inside, seg_k[np.maximum(pos, 0)] if m else 0, 0)
     # outside every piece: the first scattered window with an event active (only scattered events lie there)
     gi = gcode[np.maximum(e, 0)]
     for sg in scattered.tolist():
@@ -289,7 +386,11 @@ def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scatte
     acc.comm_over += np.bincount(owner[sel], weights=seg[sel], minlength=G).astype(np.int64)
     # idle inside a window piece; the gap is host-bound when the launch call of the event that ends it had not
     # returned when the gap began (the GPU waits for the host)
-    gap = np.flatnonzero(inside & (act == -1) & (seg > 0))
+    for k, arr in ((KIND_BETWEEN, acc.between), (KIND_PREP, acc.prep)):  # idle between engine steps: the host's
+        sel = inside & (act == -1) & (seg > 0) & (kind == k)
+        if sel.any():
+            arr += np.bincount(owner[sel], weights=seg[sel], minlength=G).astype(np.int64)
+    gap = np.flatnonzero(inside & (act == -1) & (seg > 0) & ((kind == KIND_WINDOW) | (kind == KIND_ENGINE)))
     if len(gap):
         acc.idle += np.bincount(owner[gap], weights=seg[gap], minlength=G).astype(np.int64)
         pts = np.arange(len(t))
@@ -299,42 +400,74 @@ def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scatte
         began = t[np.minimum(last_busy[gap] + 1, len(t) - 1)]
         began = np.where(last_busy[gap] >= 0, began, t[0])
         has_next = nxt[gap + 1] < len(t)
-        le = np.where(has_next, ev.launch_end[e[np.minimum(nxt[gap + 1], len(t) - 1)]], -1)
+        nxt_e = e[np.minimum(nxt[gap + 1], len(t) - 1)]
+        le = np.where(has_next, ev.launch_end[nxt_e], -1)
         host = np.where(has_next & (le > began), seg[gap], 0)
-        acc.host += np.bincount(owner[gap], weights=host, minlength=G).astype(np.int64)
+        # inside an engine step: the part before the next event's launch call began is the host's own work
+        ls = np.where(has_next, ev.launch_start[nxt_e], -1)
+        t_end = t[np.minimum(gap + 1, len(t) - 1)]
+        prep = np.where((kind[gap] == KIND_ENGINE) & (host > 0) & (ls >= 0),
+                        np.clip(np.minimum(t_end, ls) - t[gap], 0, seg[gap]), 0)
+        acc.host += np.bincount(owner[gap], weights=host - prep, minlength=G).astype(np.int64)
+        acc.prep += np.bincount(owner[gap], weights=prep, minlength=G).astype(np.int64)
+        acc.idle -= np.bincount(owner[gap], weights=prep, minlength=G).astype(np.int64)
     # each window's extent on the timeline: its pieces
     if m:
         np.minimum.at(acc.own_s, seg_g, seg_a)
         np.maximum.at(acc.own_e, seg_g, seg_b)
 
 
-def category_segments(ev: EventFrame) -> pd.DataFrame:
+def category_segments(ev: EventFrame, pieces: dict | None = None) -> pd.DataFrame:
     """The timeline as consecutive segments per rank: rank, start_ns, end_ns, category (a CATEGORIES name), from each
     rank's first event to its last. The same rule as the breakdown (the highest busy category active wins; an idle
     gap is host-bound when the next event's launch call had not returned, always on a CPU run), without the
-    windows: what a trace viewer draws as counter tracks (`mmprof export`)."""
+    windows: what a trace viewer draws as counter tracks (`mmprof export`). `pieces` (TimelineResult.pieces):
+    on a rank with engine steps, idle time between and inside the steps is idle_between / idle_prep as in the
+    breakdown."""
     cols = {"rank": [], "start_ns": [], "end_ns": [], "category": []}
     keep = np.flatnonzero(ev.end > ev.start)
     names = np.array(CATEGORIES + ("",), dtype=object)
     for r in np.unique(ev.rank[keep]).tolist():
         k = keep[ev.rank[keep] == r]
         n = len(k)
-        t = np.concatenate([ev.start[k], ev.end[k]])
-        d = np.concatenate([np.ones(n, np.int8), np.full(n, -1, np.int8)])
-        c = np.concatenate([ev.cat[k], ev.cat[k]])
-        e = np.concatenate([k, k])
-        order = np.lexsort((d, t))  # ends before starts at the same instant
+        pa, pb, _, pk = (pieces or {}).get(r, (np.zeros(0, np.int64),) * 3 + (np.zeros(0, np.int8),))
+        m = len(pa)
+        # extra boundaries on an engine rank: the pieces and every launch call's start (a gap splits there)
+        lsx = ev.launch_start[k][ev.launch_start[k] >= 0] if m else np.zeros(0, np.int64)
+        x = np.concatenate([pa, pb, lsx])
+        t = np.concatenate([ev.start[k], ev.end[k], x])
+        d = np.concatenate([np.ones(n, np.int8), np.full(n, -1, np.int8), np.zeros(len(x), np.int8)])
+        c = np.concatenate([ev.cat[k], ev.cat[k], np.full(len(x), -1, np.int8)]).astype(np.int8)
+        e = np.concatenate([k, k, np.full(len(x), -1, np.int64)])
+        order = np.lexsort((d, t))  # ends (and piece bounds) before starts at the same instant
         t, d, c, e = t[order], d[order], c[order], e[order]
         act = np.full(len(t), -1, dtype=np.int64)
         for cat in range(_BUSY - 1, -1, -1):
             act[np.cumsum(np.where(c == cat, d, 0).astype(np.int64)) > 0] = cat
+        lo, hi = (np.flatnonzero(e >= 0)[[0, -1]] if (e >= 0).any() else (0, 0))
         gap = np.flatnonzero(act[:-1] == -1)
         if ev.source == "cpu_ops":
             act[gap] = CATEGORIES.index("idle_host")
         else:
-            host = ev.launch_end[e[gap + 1]] > t[gap]
+            pts = np.arange(len(t))
+            nxt = np.minimum.accumulate(np.where(d > 0, pts, len(t))[::-1])[::-1]  # next event start
+            ne = e[np.minimum(nxt[np.minimum(gap + 1, len(t) - 1)], len(t) - 1)]
+            has = ne >= 0
+            host = has & (ev.launch_end[np.maximum(ne, 0)] > t[gap])
             act[gap] = np.where(host, CATEGORIES.index("idle_host"), CATEGORIES.index("idle_other"))
+            if m:
+                pos = np.searchsorted(pa, t[gap], side="right") - 1
+                inp = (pos >= 0) & (t[gap] < pb[np.maximum(pos, 0)])
+                kind = np.where(inp, pk[np.maximum(pos, 0)], 0)
+                act[gap[kind == KIND_BETWEEN]] = CATEGORIES.index("idle_between")
+                act[gap[kind == KIND_PREP]] = CATEGORIES.index("idle_prep")
+                # inside an engine step: a host-bound gap before the next launch call began is host work
+                ls = ev.launch_start[np.maximum(ne, 0)]
+                work = (kind == KIND_ENGINE) & host & (ls >= t[np.minimum(gap + 1, len(t) - 1)])
+                act[gap[work]] = CATEGORIES.index("idle_prep")
         seg_s, seg_e, seg_c = t[:-1], t[1:], act[:-1]
+        inside = (np.arange(len(seg_s)) >= lo) & (np.arange(len(seg_s)) < hi)  # first event to last
+        seg_s, seg_e, seg_c = seg_s[inside], seg_e[inside], seg_c[inside]
         nz = seg_e > seg_s
         seg_s, seg_e, seg_c = seg_s[nz], seg_e[nz], seg_c[nz]
         if not len(seg_s):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from mmprof.analysis.checks.spec import load_spec
+from mmprof.analysis.engine_steps import describe, engine_steps
 from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.classify import load_rules
 from mmprof.capture.run_options import validate
@@ -17,6 +18,7 @@ from mmprof.cli._options import model_options, run_options, shape_regions, workl
 from mmprof.errors import BadInput
 from mmprof.render.junit import write_junit
 from mmprof.render.text.progress import progress_bar
+from mmprof.render.safe import markup
 from mmprof.render.text.verify import render_verify
 
 
@@ -64,9 +66,16 @@ def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | No
                     shape_regions=shape_regions(prof, model, tp, ep))
     if junit_path:
         write_junit(result, junit_path)
+    steps = engine_steps(prof)  # a serving engine's steps: the checks see their phases (prefill / mixed / decode)
+    steps_line = f"engine steps ({', '.join(sorted(set(steps['engine'])))}): {describe(steps)}" if len(steps) else None
     if as_json:
-        echo_json(result.to_dict())
+        d = result.to_dict()
+        if steps_line:
+            d["engine_steps"] = steps_line
+        echo_json(d)
     else:
+        if steps_line:
+            console().print(markup(steps_line))
         render_verify(result, console(), verbose=verbose, junit_path=junit_path)
     ctx.exit(result.exit_code)
 

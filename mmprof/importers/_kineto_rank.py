@@ -21,7 +21,7 @@ from mmprof.importers._nesting import (
     finite_us,
     to_ns,
 )
-from mmprof.labels import phase_of, step_of
+from mmprof.labels import phase_of, step_of, step_values
 from mmprof.profiles.model import ProfileBuilder
 
 KERNEL_CATS = {"kernel", "Kernel"}
@@ -206,8 +206,9 @@ class RankImporter:
         self.ann = Lanes(lane, start, start + dur)
         self.ann_events, self.ann_start, self.ann_end, self.ann_lane = evs, start, start + dur, lane
         names = [e.name if isinstance(e.name, str) else str(e.name) for e in evs]
-        self.ann_name, self.ann_path, self.ann_phase, self.ann_step = self._propagate(self.ann, names)
-        self.step_win, self.phase_win = self._windows(names, start, start + dur)
+        steps = step_values(names, start.tolist())  # engine step annotations, when present, are the steps
+        self.ann_name, self.ann_path, self.ann_phase, self.ann_step = self._propagate(self.ann, names, steps)
+        self.step_win, self.phase_win = self._windows(names, start, start + dur, steps)
         n = len(evs)
         c = self.builder.cols["scopes"]
         sid = self.st.id
@@ -245,8 +246,9 @@ class RankImporter:
         c["depth"] = cat(c["depth"], self.gann.depth)
         c["parent"] = cat(c["parent"], np.where(self.gann.parent >= 0, self.gann.parent + off, -1))
 
-    def _propagate(self, lanes: Lanes, names: list[str]):
-        """Name id, ' > '-joined path id, phase id and step of each annotation (inherited from parents)."""
+    def _propagate(self, lanes: Lanes, names: list[str], steps: list[int] | None = None):
+        """Name id, ' > '-joined path id, phase id and step of each annotation (inherited from parents); `steps`:
+        the step each label marks itself (`mmprof.labels.step_values`; default `step_of` of each)."""
         n = len(names)
         sid = self.st.id
         name_id = np.array([sid(x) for x in names], dtype=np.int64) if n else np.zeros(0, np.int64)
@@ -254,11 +256,12 @@ class RankImporter:
         phase: list = [None] * n
         step = np.full(n, -1, np.int64)
         par = lanes.parent.tolist()
+        own = steps if steps is not None else [step_of(x) for x in names]
         for i in lanes.order.tolist():  # parents come before children in this order
             p = par[i]
             nm = names[i]
             ph = phase_of(nm)
-            sp = step_of(nm)
+            sp = own[i]
             if p >= 0:
                 path[i] = path[p] + " > " + nm
                 phase[i] = phase[p] or ph  # the outermost label that names a phase
@@ -271,11 +274,12 @@ class RankImporter:
         phase_id = np.array([sid(x) for x in phase], dtype=np.int64) if n else np.zeros(0, np.int64)
         return name_id, path_id, phase_id, np.array(step, dtype=np.int64)
 
-    def _windows(self, names: list[str], start: np.ndarray, end: np.ndarray):
+    def _windows(self, names: list[str], start: np.ndarray, end: np.ndarray, steps: list[int] | None = None):
         """Step and phase windows of every lane together: (Lanes, value per interval) for the annotations that
-        name a step (ProfilerStep#N, mmprof.step.N) or a phase themselves, or None when there are none."""
+        name a step (engine steps, ProfilerStep#N, mmprof.step.N) or a phase themselves, or None when none."""
         out = []
-        for val in ([step_of(x) for x in names], [self.st.id(ph) if (ph := phase_of(x)) else -1 for x in names]):
+        own = steps if steps is not None else [step_of(x) for x in names]
+        for val in (own, [self.st.id(ph) if (ph := phase_of(x)) else -1 for x in names]):
             v = np.asarray(val, dtype=np.int64).reshape(-1)
             rows = np.flatnonzero(v >= 0)
             out.append((Lanes(np.zeros(len(rows), np.int64), start[rows], end[rows]), v[rows]) if len(rows) else None)

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from mmprof._version import __version__
 from mmprof.errors import BadInput
-from mmprof.labels import MAX_RANK, SEP, phase_of, phase_of_path, step_of, step_of_path
+from mmprof.labels import MAX_RANK, SEP, phase_of, phase_of_path, step_values
 from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
 from mmprof.profiles.schema import MAX_TIME_NS, TABLES
 
@@ -141,8 +141,10 @@ class ScopeNest:
                     self.depth[i] = self.depth[stack[-1]] + 1
                 stack.append(i)
             self._by_tid[t] = ([self.starts[i] for i in idx], idx)
-        self._step_win = _Windows([(s, e, step_of(nm)) for s, e, nm in zip(self.starts, self.ends, self.names)
-                                   if step_of(nm) >= 0 and e > s])
+        # the step each range marks itself: engine step annotations, when present, number the steps
+        self.step_val = step_values(self.names, self.starts)
+        self._step_win = _Windows([(s, e, v) for s, e, v in zip(self.starts, self.ends, self.step_val)
+                                   if v >= 0 and e > s])
         self._phase_win = _Windows([(s, e, ph) for s, e, nm in zip(self.starts, self.ends, self.names)
                                     if (ph := phase_of(nm)) and e > s])
 
@@ -204,8 +206,9 @@ def attribute(nest: ScopeNest | None, tids: Sequence[int], times: Sequence[int]
         hit = cache.get(key)
         if hit is None:
             names = [nest.names[i] for i in chain]
+            inner = [nest.step_val[i] for i in chain if nest.step_val[i] >= 0]  # the innermost step marker
             hit = (names[-1] if names else None, SEP.join(names) if names else None, phase_of_path(names),
-                   step_of_path(names))
+                   inner[-1] if inner else -1)
             cache[key] = hit
         if (hit[2] is None or hit[3] < 0) and ts is not None and ts >= 0:
             wph, wst = nest.window(ts)  # no marker on the launching thread: the window of another thread

@@ -16,7 +16,8 @@ from mmprof.render.safe import visible
 from mmprof.units import fmt_ns, fmt_pct
 
 COLORS = {"compute_bound": "#d62728", "memory_bound": "#1f77b4", "unattributed": "#9e9e9e",
-          "communication": "#ff7f0e", "memcpy": "#8c564b", "idle_host": "#e377c2", "idle_other": "#dddddd"}
+          "communication": "#ff7f0e", "memcpy": "#8c564b", "idle_host": "#e377c2", "idle_other": "#dddddd",
+          "idle_between": "#bcbd22", "idle_prep": "#17becf"}
 CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:20px}h2{font-size:16px;margin-top:28px}table{border-collapse:collapse;margin:8px 0;font-size:13px}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}
@@ -117,8 +118,10 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def diff_html(d, top: int = 15) -> str:
     """A self-contained HTML page for a DiffResult."""
     title = f"mmprof diff: {d.before} -> {d.after}"
-    body = [f"<h1>{e(title)} <small>({e(d.phase)}{', rank ' + e(d.rank) if d.rank is not None else ''})</small></h1>",
-            f'<p class="verdict">{e(d.verdict)}</p>']
+    pre = list(getattr(d, "preface", []) or [])
+    body = [f"<h1>{e(title)} <small>({e(d.phase)}{', rank ' + e(d.rank) if d.rank is not None else ''})</small></h1>"]
+    body += [f'<p class="warn">warning: {e(w)}</p>' for w in pre]  # what is compared, before the verdict
+    body.append(f'<p class="verdict">{e(d.verdict)}</p>')
     if d.plain:  # the timing without the profiler, right under the profiled verdict
         body.append(f'<p class="note">{e(d.plain["text"])}</p>')
     body.append("<h2>Step time</h2>" + _table(["phase", "before", "after", "change", "steps before", "steps after"], [
@@ -150,7 +153,7 @@ def diff_html(d, top: int = 15) -> str:
              e(fmt_pct(r.change, True))] + ([f"<code>{e(r.before_detail or '-')} -&gt; {e(r.after_detail or '-')}</code>"]
                                             if detail else []) for r in rows[:top]]))
     body += [f'<p class="note">note: {e(n)}</p>' for n in d.notes if not (d.plain and n == d.plain["text"])]
-    body += [f'<p class="warn">warning: {e(w)}</p>' for w in d.warnings]
+    body += [f'<p class="warn">warning: {e(w)}</p>' for w in d.warnings if w not in pre]
     return _page(title, body)
 
 

@@ -33,8 +33,10 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def diff_markdown(d, top: int = 10) -> str:
     """The DiffResult as a Markdown comment: verdict first, then tables."""
     lines = [f"### mmprof diff: {md_escape(d.before)} → {md_escape(d.after)} ({md_escape(d.phase)}"
-             + (f", rank {d.rank}" if d.rank is not None else "") + ")", "",
-             f"**Verdict:** {md_escape(d.verdict)}", ""]
+             + (f", rank {d.rank}" if d.rank is not None else "") + ")", ""]
+    pre = list(getattr(d, "preface", []) or [])
+    lines += [x for w in pre for x in (f"> ⚠ {md_escape(w)}", "")]  # what is compared, before the verdict
+    lines += [f"**Verdict:** {md_escape(d.verdict)}", ""]
     if d.plain:  # the timing without the profiler, right under the profiled verdict
         lines += [md_escape(d.plain["text"]), ""]
     lines += _table(["phase", "before", "after", "change"],
@@ -70,7 +72,8 @@ def diff_markdown(d, top: int = 10) -> str:
         if not (d.plain and n == d.plain["text"]):
             lines += ["", f"_note: {md_escape(n)}_"]
     for w in d.warnings:
-        lines += ["", f"> ⚠ {md_escape(w)}"]
+        if w not in pre:
+            lines += ["", f"> ⚠ {md_escape(w)}"]
     return "\n".join(lines) + "\n"
 
 

@@ -13,9 +13,13 @@ The trace-event format (JSON object form: `{"traceEvents": [...]}`, times in mic
   on their stream; zero-length marks as instants); on a CPU run the outermost compute ops carry the same args as
   kernels;
 - the timeline categories (`mmprof.analysis.timeline.category_segments`: compute-bound, memory-bound,
-  unattributed, communication, memcpy, idle host-bound, idle other) as counter tracks per rank, 1 while the
+  unattributed, communication, memcpy, idle host-bound, idle other; on a serving engine's trace also idle between
+  the engine steps and host work inside them) as counter tracks per rank, 1 while the
   category holds the rank, 0 otherwise;
-- flow arrows (`s` / `f` with `bp: "e"`) from each launch call to the kernel or copy it launched.
+- flow arrows (`s` / `f` with `bp: "e"`) from each launch call to the kernel or copy it launched;
+- on a serving engine's trace, an "engine steps" track per rank: one slice per engine step (its share of the
+  timeline from `mmprof.analysis.timeline`) with the engine's request and token counts, GPU busy time, launch /
+  queue and host time as args.
 
 The document is written in pieces (never held whole in memory) to a temporary file, gzip-compressed when the name
 ends in `.gz`, then renamed into place. Strings are JSON-escaped by the encoder (orjson), so a name with control
@@ -40,7 +44,8 @@ import orjson
 from mmprof._version import __version__
 from mmprof.analysis.events import TABLE_KERNELS, TABLE_MEMCPY, EventFrame, events_of
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY
-from mmprof.analysis.timeline import LABELS, category_segments
+from mmprof.analysis.engine_steps import engine_steps
+from mmprof.analysis.timeline import CATEGORIES, LABELS, category_segments, timeline
 from mmprof.errors import BadInput, NoEvidence
 from mmprof.names import display_name
 
@@ -68,6 +73,7 @@ class ExportStats:
     bytes: int
     seconds: float
     full_names: str
+    engine_steps: int = 0     # slices on the "engine steps" tracks
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -267,6 +273,10 @@ def trace_chunks(profile, full_names: str = "auto", progress: Progress | None = 
     yield from _scope_slices(d, cpu)
     if len(ev):
         yield from _counter_slices(d)
+    steps = _engine_slices(d.p, ev, d.t0)
+    if steps:
+        d.st["engine_steps"] = sum(1 for e in steps if e["ph"] == "X")
+        yield d.piece(steps)
     yield b"\n]}\n"
     if stats is not None:
         stats.update(d.st)
@@ -410,7 +420,9 @@ def _scope_slices(d: _Doc, cpu: bool) -> Iterator[bytes]:
 
 def _counter_slices(d: _Doc) -> Iterator[bytes]:
     """The timeline categories as counter tracks: per rank, each category's series is 1 while it holds the rank."""
-    seg = category_segments(d.ev)
+    ev = d.ev
+    tl = timeline(d.p, ev) if ev.source == "kernels" and len(engine_steps(d.p)) else None
+    seg = category_segments(ev, tl.pieces if tl is not None else None)
     out: list[dict] = []
     prev: dict[int, tuple[str, float]] = {}  # rank -> (label of its current category, when it ends)
 
@@ -439,6 +451,43 @@ def _counter_slices(d: _Doc) -> Iterator[bytes]:
         close(r)
     d.st["counters"] += len(out)
     yield d.piece(out)
+
+
+ENGINE_TID = STREAM_TID0 - 1  # the "engine steps" track of a rank, between its CPU threads and its streams
+
+
+def _engine_slices(p, ev: EventFrame, t0: int) -> list[dict]:
+    """One slice per engine step (vLLM / SGLang / TensorRT-LLM step annotations) on an "engine steps" track per
+    rank, spanning the step's share of the timeline (`mmprof.analysis.timeline`: its preparation, its GPU work and
+    the time up to the next step), with the engine's request / token counts and the split of that time as args."""
+    if not len(ev) or ev.source != "kernels":
+        return []
+    es = engine_steps(p)
+    if es.empty:
+        return []
+    tl = timeline(p, ev)
+    w = tl.windows[tl.windows["step"] >= 0]
+    info = es.set_index(["rank", "step"])
+    out: list[dict] = []
+    for r in sorted(set(w["rank"].tolist())):
+        out.append({"ph": "M", "name": "thread_name", "pid": r + 1, "tid": ENGINE_TID, "args": {"name": "engine steps"}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": r + 1, "tid": ENGINE_TID,
+                    "args": {"sort_index": ENGINE_TID}})
+    busy = list(CATEGORIES[:5])
+    for row in w.itertuples(index=False):
+        key = (int(row.rank), int(row.step))
+        if key not in info.index:
+            continue
+        meta = info.loc[key]
+        d = row._asdict()
+        args = {"step": key[1], "phase": row.phase, "annotation": meta["name"], "engine": meta["engine"],
+                **{c: int(meta[c]) for c in ("ctx_reqs", "ctx_tokens", "gen_reqs", "gen_tokens") if meta[c] >= 0},
+                "period ns": int(row.span_ns), "GPU busy ns": int(sum(d[c] for c in busy)),
+                **{f"{LABELS[c]} ns": int(d[c]) for c in CATEGORIES[5:]}}
+        out.append({"ph": "X", "name": f"{row.phase} step {key[1]}", "cat": "engine_step", "pid": key[0] + 1,
+                    "tid": ENGINE_TID, "ts": _us(np.array([row.start_ns]), t0)[0],
+                    "dur": round(max(int(row.end_ns) - int(row.start_ns), 0) / 1000.0, 3), "args": args})
+    return out
 
 
 def _collectives(p) -> dict[int, dict]:

@@ -12,7 +12,7 @@ from typing import Any
 from rich.padding import Padding
 from rich.text import Text
 
-from mmprof.analysis.timeline import CATEGORIES, LABELS
+from mmprof.analysis.timeline import CATEGORIES, ENGINE_CATEGORIES, LABELS
 from mmprof.render.safe import cell, markup
 from mmprof.render.text.layout import Col, fit_table
 from mmprof.render.text.ranks import render_verdicts
@@ -39,6 +39,12 @@ def render_report(report, console) -> None:
         console.print(f"[bold]{markup(ph.bottleneck)}[/bold]")
         st = ph.step
         console.print(f"  step time {fmt_ns(st.median_ns)} (median of {st.steps}; {markup(st.method)})")
+        if ph.phase in getattr(report, "engine", {}):
+            console.print(f"  {markup(report.engine[ph.phase])} (the engine's own step annotations)")
+        parts = getattr(ph, "engine_steps", None)
+        if parts:
+            console.print("  per engine step, median (p90): " + ", ".join(
+                f"{k} {fmt_ns(v['median_ns'])} ({fmt_ns(v['p90_ns'])})" for k, v in parts.items() if k != "steps"))
         _breakdown(console, ph, [p for p in report.per_rank if p.phase == ph.phase])
         cols = [Col("kernel" if report.source == "kernels" else "op", name=True, keep=10, min=22), Col("family", keep=7),
                 Col("calls", "right", keep=4),
@@ -72,7 +78,8 @@ def _breakdown(console, ph, per_rank: list) -> None:
     cols = [Col("share of wall time", keep=10, wrap=True)] + [
         Col(label, "right", keep=10 if i == 0 else max(8 - i, 1), wrap=True) for i, (label, _) in enumerate(sides)]
     rows = [["wall time"] + [fmt_ns(b.span_ns) for _, b in sides]]
-    rows += [[LABELS[c]] + [fmt_pct(b.share(c)) for _, b in sides] for c in CATEGORIES]
+    rows += [[LABELS[c]] + [fmt_pct(b.share(c)) for _, b in sides] for c in CATEGORIES
+             if c not in ENGINE_CATEGORIES or any(b.time_ns.get(c, 0) for _, b in sides)]
     rows.append(["communication overlapped with compute"]
                 + [fmt_pct(b.comm_overlapped_ns / b.comm_total_ns if b.comm_total_ns else None) for _, b in sides])
     console.print(fit_table(console, cols, rows, title=f"{ph.phase}: where the wall time went",
@@ -83,6 +90,11 @@ def render_diff(d, console) -> None:
     """Print a DiffResult: verdict, step times, categories, path changes, top deltas."""
     console.print(f"[bold]mmprof diff[/bold]  {markup(d.before)} -> {markup(d.after)}  phase: {markup(d.phase)}"
                   + (f"  rank: {d.rank}" if d.rank is not None else ""))
+    preface = list(getattr(d, "preface", []) or [])
+    for w in preface:  # what is compared comes before the verdict about it
+        console.print(f"[yellow]warning:[/yellow] {markup(w)}")
+    if getattr(d, "engine", None):
+        console.print(f"engine steps: {markup(d.engine[0])} -> {markup(d.engine[1])}")
     console.print(f"[bold]verdict:[/bold] {markup(d.verdict)}")
     for n in d.notes:
         console.print(f"[dim]note: {markup(n)}[/dim]")
@@ -96,10 +108,17 @@ def render_diff(d, console) -> None:
             Col("delta", "right", keep=9)]
     rows = []
     for c in d.categories:
+        if c.category in ENGINE_CATEGORIES and not (c.before_ns or c.after_ns):
+            continue
         style = "bold" if c.category in d.dominant else ""
         rows.append([Text(x, style=style) for x in (c.label, fmt_pct(c.before_share), fmt_pct(c.after_share),
                                                      f"{c.delta_pp:+.1f} pp")])
     console.print(fit_table(console, cols, rows, title=f"{d.phase}: share of wall time"))
+    if getattr(d, "moves", None):
+        cols = [Col("per step", keep=10, wrap=True), Col("before", "right", keep=10), Col("after", "right", keep=10),
+                Col("delta", "right", keep=9)]
+        rows = [[m.label, fmt_ns(m.before_ns), fmt_ns(m.after_ns), fmt_ns(m.delta_ns)] for m in d.moves]
+        console.print(fit_table(console, cols, rows, title=f"{d.phase}: time per step by category"))
     if d.path_changes:
         console.print("[bold]path changes[/bold] (kernel variants that vanished / appeared, per region):")
         for p in d.path_changes[:TOP_ROWS]:
@@ -119,7 +138,8 @@ def render_diff(d, console) -> None:
             for v in (d.ranks.get(side) or {}).get("phases", []):
                 console.print(f"  {side}: {markup(v['verdict'])}")
     for w in d.warnings:
-        console.print(f"[yellow]warning:[/yellow] {markup(w)}")
+        if w not in preface:
+            console.print(f"[yellow]warning:[/yellow] {markup(w)}")
 
 
 def _delta_table(console, title: str, rows: list[Any], detail: bool = False) -> None:
