@@ -42,6 +42,20 @@ def codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(uniq), inv.astype(np.int64)
 
 
+def group_codes(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, first row of each code) of the combinations of several columns, codes numbered in order of
+    first appearance (the rows `drop_duplicates` keeps, in its order). Mixed radix over factorized columns,
+    re-densified after each one, so the key never overflows whatever the values."""
+    n = len(cols[0]) if cols else 0
+    key = np.zeros(n, dtype=np.int64)
+    for col in cols:
+        cinv, cu = pd.factorize(col)
+        key = pd.factorize(key * len(cu) + cinv)[0].astype(np.int64)
+    first = np.empty(int(key.max()) + 1 if n else 0, dtype=np.int64)
+    first[key[::-1]] = np.arange(n - 1, -1, -1)     # repeated indices: the last write (the first row) wins
+    return key, first
+
+
 def expand(values_per_unique, inv: np.ndarray) -> pd.Categorical:
     """A Categorical with one entry per event from values given per unique key (`inv` maps event -> key)."""
     vals = pd.Series(list(values_per_unique), dtype=object)

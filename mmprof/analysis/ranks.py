@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.collectives import CollectiveStat, align_calls, collective_stats
-from mmprof.analysis.events import CAT_COMM, events_of
+from mmprof.analysis.events import CAT_COMM, events_of, group_codes
 from mmprof.analysis.timeline import phase_labels
 from mmprof.errors import NoEvidence
 from mmprof.units import fmt_ns
@@ -180,18 +180,24 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
     rcodes, runiq = pd.factorize(np.concatenate([reg_s, c_reg.astype(object)]))
     info = pd.DataFrame({"region": runiq[rcodes[:len(ev)]] if len(ev) else [], "layer": ev.layer,
                          "role": ev.role}).drop_duplicates("region").set_index("region")
-    items = pd.DataFrame({
-        "rank": np.concatenate([ev.rank, calls.rank]), "phase": np.concatenate([ev_ph, c_ph]),
-        "step": np.concatenate([ev.step, calls.step]), "start": np.concatenate([ev.start, calls.start]),
-        "end": np.concatenate([ev.end, calls.start + calls.dur]), "reg": rcodes,
-        "comm": np.concatenate([ev.cat == CAT_COMM, np.ones(nc, dtype=bool)])})
+    # windows (rank, phase, step) as integer codes in order of first appearance (what drop_duplicates gave)
+    ph_all = np.concatenate([ev_ph, c_ph])
+    pinv, pu = pd.factorize(ph_all)
+    keep = np.ones(len(ph_all), dtype=bool)
     if phase is not None:
-        if phase not in set(items["phase"]):
-            raise NoEvidence(f"the profile has no {phase!r} phase (it has: {', '.join(sorted(set(items['phase'])))})")
-        items = items[items["phase"] == phase]
-    wk = items[["rank", "phase", "step"]].drop_duplicates().reset_index(drop=True)
-    wk["w"] = np.arange(len(wk))
-    items = items.merge(wk, on=["rank", "phase", "step"], how="left")
+        have = set(pu.tolist())
+        if phase not in have:
+            raise NoEvidence(f"the profile has no {phase!r} phase (it has: {', '.join(sorted(have))})")
+        keep = pinv == pu.tolist().index(phase)
+    rank_all = np.concatenate([ev.rank, calls.rank])[keep]
+    step_all = np.concatenate([ev.step, calls.step])[keep]
+    w, first = group_codes(rank_all, pinv[keep], step_all)
+    nw = len(first)
+    wk = pd.DataFrame({"rank": rank_all[first], "phase": pu[pinv[keep][first]], "step": step_all[first],
+                       "w": np.arange(nw)})
+    items = pd.DataFrame({"w": w, "start": np.concatenate([ev.start, calls.start])[keep],
+                          "end": np.concatenate([ev.end, calls.start + calls.dur])[keep], "reg": rcodes[keep],
+                          "comm": np.concatenate([ev.cat == CAT_COMM, np.ones(nc, dtype=bool)])[keep]})
     win, reg = _sweep(items) if len(items) else (pd.DataFrame(), pd.Series(dtype=float))
     wk = wk.join(win, on="w")
     # windows outside every step of a phase that has steps are scattered work (set-up, sampling): left out
