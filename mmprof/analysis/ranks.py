@@ -133,23 +133,36 @@ def _sweep(items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per window: span, busy and comm time; per (window, region): non-comm time (see the module docstring).
 
     `items` has columns w (window code), start, end, reg (region code), comm (bool)."""
-    it = items.sort_values(["w", "start", "end"], kind="stable")
-    w = it["w"].to_numpy()
-    start, end = it["start"].to_numpy(), it["end"].to_numpy()
-    first = np.ones(len(it), dtype=bool)
+    w0, s0, e0 = items["w"].to_numpy(), items["start"].to_numpy(), items["end"].to_numpy()
+    order = np.lexsort((e0, s0, w0))                  # stable, by window, start, end
+    w, start, end = w0[order], s0[order], e0[order]
+    first = np.ones(len(w), dtype=bool)
     first[1:] = w[1:] != w[:-1]
-    cm = it.groupby("w", sort=False)["end"].cummax().to_numpy()
+    cm = pd.Series(end).groupby(w, sort=False).cummax().to_numpy()
     prev = np.empty_like(cm)
     prev[1:] = cm[:-1]
     prev[first] = start[first]
     gap = np.where(first, 0, np.maximum(start - prev, 0))
     busy = np.maximum(end - np.maximum(prev, start), 0)
-    comm = it["comm"].to_numpy()
-    df = pd.DataFrame({"w": w, "reg": it["reg"].to_numpy(), "gap": gap, "busy": busy, "comm": comm * busy,
-                       "own": gap + np.where(comm, 0, busy), "s": start, "e": end})
-    win = df.groupby("w").agg(busy=("busy", "sum"), comm=("comm", "sum"), s=("s", "min"), e=("e", "max"))
+    comm = items["comm"].to_numpy()[order]
+    own = gap + np.where(comm, 0, busy)
+    # per window (codes 0..n-1, every one present, rows sorted by window then start): sums, first start, last end
+    nw = int(w[-1]) + 1
+    heads = np.flatnonzero(first)
+    win = pd.DataFrame({"busy": np.bincount(w, weights=busy, minlength=nw).astype(np.int64),
+                        "comm": np.bincount(w, weights=comm * busy, minlength=nw).astype(np.int64),
+                        "s": start[heads], "e": np.maximum.reduceat(end, heads)},
+                       index=pd.Index(w[heads], name="w"))
     win["span"] = win["e"] - win["s"]
-    reg = df.groupby(["w", "reg"])["own"].sum()
+    # per (window, region): hashed, then the few distinct pairs sorted (the groupby's sorted MultiIndex)
+    reg_c = items["reg"].to_numpy()[order].astype(np.int64)
+    nreg = int(reg_c.max()) + 1
+    kinv, ku = pd.factorize(w.astype(np.int64) * nreg + reg_c)
+    ku = np.asarray(ku)
+    srt = np.argsort(ku)
+    tot = np.bincount(kinv, weights=own, minlength=len(ku)).astype(np.int64)[srt]
+    reg = pd.Series(tot, index=pd.MultiIndex.from_arrays([ku[srt] // nreg, ku[srt] % nreg], names=["w", "reg"]),
+                    name="own")
     return win, reg
 
 
@@ -175,11 +188,16 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
     warnings = list(calls.warnings)
     notes: list[str] = list(calls.notes)
     # regions: codes over the frame's region strings; a collective takes its kernel's / op's region
-    reg_s = np.where(ev.region == None, UNSCOPED, ev.region).astype(object) if len(ev) else np.array([], object)
-    c_reg = np.where(calls.event >= 0, reg_s[np.maximum(calls.event, 0)] if len(ev) else UNSCOPED, UNSCOPED)
-    rcodes, runiq = pd.factorize(np.concatenate([reg_s, c_reg.astype(object)]))
-    info = pd.DataFrame({"region": runiq[rcodes[:len(ev)]] if len(ev) else [], "layer": ev.layer,
-                         "role": ev.role}).drop_duplicates("region").set_index("region")
+    # (integer codes over the distinct region strings, numbered in order of first appearance, events first)
+    einv, eu = pd.factorize(ev.region)                                   # None -> -1
+    lcode, luniq = pd.factorize(np.array(list(eu) + [UNSCOPED], dtype=object))
+    e_code = lcode[np.where(einv >= 0, einv, len(eu))]
+    c_code = np.where(calls.event >= 0, e_code[np.maximum(calls.event, 0)] if len(ev) else lcode[-1], lcode[-1])
+    rcodes, ruq = pd.factorize(np.concatenate([e_code, c_code]).astype(np.int64))
+    runiq = np.asarray(luniq, dtype=object)[np.asarray(ruq)]
+    _, efirst = group_codes(rcodes[:len(ev)])
+    info = pd.DataFrame({"region": runiq[rcodes[efirst]], "layer": ev.layer[efirst],
+                         "role": ev.role[efirst]}).set_index("region")
     # windows (rank, phase, step) as integer codes in order of first appearance (what drop_duplicates gave)
     ph_all = np.concatenate([ev_ph, c_ph])
     pinv, pu = pd.factorize(ph_all)
