@@ -40,6 +40,15 @@ chosen = kineto.default_jobs(files) if jobs is None else jobs
 peak = [0]
 done = threading.Event()
 
+def ours(pid, me):  # a descendant of this process (other users' multiprocessing jobs share the machine)
+    for _ in range(4):
+        pid = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
+        if pid == me:
+            return True
+        if pid in ("0", "1"):
+            return False
+    return False
+
 def sample():  # the workers are the forkserver's children, not ours: read their peak RSS (VmHWM) from /proc
     me = str(os.getpid())
     while not done.is_set():
@@ -47,7 +56,7 @@ def sample():  # the workers are the forkserver's children, not ours: read their
             if not pid.isdigit() or pid == me:
                 continue
             try:
-                if b"multiprocessing" not in open(f"/proc/{pid}/cmdline", "rb").read():
+                if b"multiprocessing" not in open(f"/proc/{pid}/cmdline", "rb").read() or not ours(pid, me):
                     continue
                 for line in open(f"/proc/{pid}/status"):
                     if line.startswith("VmHWM:"):

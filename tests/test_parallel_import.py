@@ -91,16 +91,15 @@ def test_default_jobs_needs_enough_json_per_worker(monkeypatch):
     assert kineto.default_jobs(RANKS) == 2
     assert kineto.default_jobs(RANKS[:1]) == 1       # one file: never a pool
     monkeypatch.setattr(kineto, "free_cores", lambda: 1)
-    assert kineto.default_jobs(RANKS) == 1          # one free core: never a pool
+    assert kineto.default_jobs(RANKS) == 1          # one usable core: never a pool
 
 
-def test_free_cores_leaves_out_what_other_work_keeps_busy(monkeypatch):
-    """Cores of the affinity mask less the 1-minute load average (this process counted as runnable): 2 cores at
-    load 0.2 give 2, at load 1.4 (another job running) 1, at load 8 still 1, never 0."""
-    monkeypatch.setattr(kineto.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    for load, free in ((0.2, 2), (1.4, 1), (8.0, 1), (0.0, 2)):
-        monkeypatch.setattr(kineto.os, "getloadavg", lambda load=load: (load, load, load))
-        assert kineto.free_cores() == free, load
+def test_free_cores_follows_the_affinity_mask(monkeypatch):
+    """The cores this process may run on (os.sched_getaffinity: taskset / a container's cpuset), never 0."""
+    monkeypatch.setattr(kineto.os, "sched_getaffinity", lambda pid: {0, 1, 5}, raising=False)
+    assert kineto.free_cores() == 3
+    monkeypatch.setattr(kineto.os, "sched_getaffinity", lambda pid: set(), raising=False)
+    assert kineto.free_cores() == 1
 
 
 CHILDREN = """

@@ -44,13 +44,20 @@ def codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def group_codes(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(code per row, first row of each code) of the combinations of several columns, codes numbered in order of
-    first appearance (the rows `drop_duplicates` keeps, in its order). Mixed radix over factorized columns,
-    re-densified after each one, so the key never overflows whatever the values."""
+    first appearance (the rows `drop_duplicates` keeps, in its order). Mixed radix over factorized columns (a
+    missing value is a value of its own), re-densified only where the key could overflow; one hash pass per
+    column plus one for the key."""
     n = len(cols[0]) if cols else 0
     key = np.zeros(n, dtype=np.int64)
+    radix = 1                                        # distinct values key can take so far
     for col in cols:
-        cinv, cu = pd.factorize(col)
-        key = pd.factorize(key * len(cu) + cinv)[0].astype(np.int64)
+        cinv, cu = pd.factorize(col, use_na_sentinel=False)
+        if radix * max(len(cu), 1) >= 1 << 62:       # re-densify only when the key could overflow
+            key = pd.factorize(key)[0].astype(np.int64)
+            radix = int(key.max()) + 1 if n else 1
+        key = key * len(cu) + cinv
+        radix *= max(len(cu), 1)
+    key = pd.factorize(key)[0].astype(np.int64)
     first = np.empty(int(key.max()) + 1 if n else 0, dtype=np.int64)
     first[key[::-1]] = np.arange(n - 1, -1, -1)     # repeated indices: the last write (the first row) wins
     return key, first
