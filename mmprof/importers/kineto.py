@@ -32,10 +32,11 @@ from mmprof.labels import MAX_RANK, rank_from_name
 from mmprof.profiles.model import Profile, merge_profiles
 
 # Several rank files import in worker processes only when each worker gets enough JSON to pay for starting it:
-# a pool costs about 1 s on a 2-core VM (the forkserver, one interpreter + mmprof import per worker, the Profiles
-# sent back), one import about 12 ns per byte of JSON (1.25 s per 100 MB, docs/benchmarks.md). With 192 MB per
-# worker the import saves at least 1.2 s per extra worker, so the default is never slower than one process.
-PARALLEL_MIN_BYTES = 192 << 20
+# a pool costs 1-2.5 s on the 2-core VM (the forkserver, one interpreter + mmprof import per worker, the Profiles
+# sent back), one import about 12 ns per byte of JSON (1.25 s per 100 MB, docs/benchmarks.md). 8 x 100 MB ran
+# 1.75x faster on two workers; 8 x 60 MB (480 MB) was faster in one run and 1.16x slower in another under heavy
+# load, so each worker must get 256 MB: the default then stays with one process below about 512 MB.
+PARALLEL_MIN_BYTES = 256 << 20
 
 
 def json_bytes(f: Path) -> int:
