@@ -50,7 +50,7 @@ def test_two_files_claiming_one_rank_are_refused_in_parallel_too(tmp_path):
 def test_default_jobs(monkeypatch, tmp_path):
     assert kineto.default_jobs(RANKS) == 1  # small files: no processes to start
     monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1)
-    assert kineto.default_jobs(RANKS) == min(2, __import__("os").cpu_count() or 1)
+    assert kineto.default_jobs(RANKS) == min(2, kineto.free_cores())
     monkeypatch.setenv("MMPROF_IMPORT_JOBS", "7")
     assert kineto.default_jobs(RANKS) == 2  # never more than one per file
     monkeypatch.setenv("MMPROF_IMPORT_JOBS", "many")
@@ -69,3 +69,75 @@ def test_import_paths_passes_jobs_and_the_cli_refuses_zero(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["import", str(d), "-o", str(tmp_path / "p.json"), "--jobs", "0"])
     assert e.value.code == 2 and "Traceback" not in capsys.readouterr().err
+
+
+def test_json_bytes_reads_the_gzip_trailer():
+    """A .gz is judged by the JSON it holds (the gzip ISIZE trailer, RFC 1952 section 2.3.1), not its compressed
+    size: the default --jobs is about import work, which follows the JSON bytes."""
+    import gzip
+
+    for f in RANKS:
+        assert kineto.json_bytes(f) == len(gzip.decompress(f.read_bytes()))
+
+
+def test_default_jobs_needs_enough_json_per_worker(monkeypatch):
+    """One worker per PARALLEL_MIN_BYTES of JSON, at most the cores and the files: inputs that would give a worker
+    less than that import in this process (a pool costs more than it saves on them: docs/benchmarks.md)."""
+    total = sum(kineto.json_bytes(f) for f in RANKS)
+    monkeypatch.setattr(kineto, "free_cores", lambda: 8)
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", total // 2 + 1)
+    assert kineto.default_jobs(RANKS) == 1          # 2 files, but not two workers' worth of JSON
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", total // 2)
+    assert kineto.default_jobs(RANKS) == 2
+    assert kineto.default_jobs(RANKS[:1]) == 1       # one file: never a pool
+    monkeypatch.setattr(kineto, "free_cores", lambda: 1)
+    assert kineto.default_jobs(RANKS) == 1          # one usable core: never a pool
+
+
+def test_free_cores_follows_the_affinity_mask(monkeypatch):
+    """The cores this process may run on (os.sched_getaffinity: taskset / a container's cpuset), never 0."""
+    monkeypatch.setattr(kineto.os, "sched_getaffinity", lambda pid: {0, 1, 5}, raising=False)
+    assert kineto.free_cores() == 3
+    monkeypatch.setattr(kineto.os, "sched_getaffinity", lambda pid: set(), raising=False)
+    assert kineto.free_cores() == 1
+
+
+CHILDREN = """
+import os, sys
+from pathlib import Path
+from mmprof.importers import kineto
+
+
+def children():
+    me = str(os.getpid())
+    out = []
+    for pid in os.listdir("/proc"):
+        try:
+            stat = open(f"/proc/{pid}/stat").read() if pid.isdigit() else ""
+        except OSError:
+            continue
+        if stat and stat.rsplit(")", 1)[1].split()[1] == me:   # field 4 of /proc/PID/stat: the parent pid
+            out.append(pid)
+    return out
+
+
+if __name__ == "__main__":
+    p = kineto.load([Path(f) for f in sys.argv[1:]], jobs=2)
+    print(len(children()), p.ranks)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="counts children through /proc (Linux)")
+def test_no_process_outlives_an_import_with_two_jobs(tmp_path):
+    """After kineto.load(jobs=2) returns, the importing process has no children left: the workers end with the
+    pool, and the forkserver and resource tracker that multiprocessing started for it are stopped too (before
+    this, both outlived the import until the interpreter exited)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "children.py"
+    script.write_text(CHILDREN)
+    out = subprocess.run([sys.executable, str(script), *map(str, RANKS)], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).parents[1])
+    assert out.stdout.split(maxsplit=1) == ["0", "[0, 1]\n"]
+    assert "Traceback" not in out.stderr and "leaked" not in out.stderr

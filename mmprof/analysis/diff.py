@@ -11,7 +11,8 @@
                                even when its name changed; then top deltas by scope, by layer and by rank
 
 Times of events are per step of the phase (totals divided by the number of steps) so runs with different step
-counts compare; with no step markers they are totals. Vectorised: one groupby per table over integer codes.
+counts compare; with no step markers they are totals. Vectorised: the events are grouped once over integer codes
+(`_work`), every table after that is a groupby over the groups (thousands of rows, not millions of events).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pandas as pd
 
 from mmprof.analysis.diff_verdict import NOUNS, StepMove, _moves, _verdict  # noqa: F401 (NOUNS: re-exported)
 from mmprof.analysis.engine_steps import describe, engine_steps
-from mmprof.analysis.events import EventFrame, events_of
+from mmprof.analysis.events import EventFrame, events_of, group_codes
 from mmprof.analysis.ranks import rank_analysis
 from mmprof.analysis.timeline import CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, phase_labels, timeline
 from mmprof.errors import NoEvidence
@@ -38,15 +39,22 @@ MINOR_SHARE = 0.001  # variants below this share of a side's event time and coun
 
 def event_roles(profile, ev: EventFrame) -> tuple[np.ndarray, pd.Categorical]:
     """(layer, role) per event: the region from `mmprof.analysis.structure` where a source names one, else the
-    event's innermost scope label (a range no rule knows), else `(unscoped)`."""
+    event's innermost scope label (a range no rule knows), else `(unscoped)`. Built on integer codes: the role
+    strings are looked at once per distinct (role, scope), never per event."""
     n = len(ev)
+    if not n:
+        return ev.layer.copy(), pd.Categorical(np.array([], dtype=object))
     sinv, su = pd.factorize(ev.scope)
-    fb_u = np.array([UNSCOPED if (s < 0 or is_marker(profile.string(int(s))) or module_event(profile.string(int(s))))
-                     else profile.string(int(s)) for s in su], dtype=object)
-    fallback = fb_u[sinv] if n else np.array([], dtype=object)
-    known = ev.role != None  # noqa: E711
-    role = np.where(known, ev.role, fallback)
-    return ev.layer.copy(), pd.Categorical(role)
+    fb_u = [UNSCOPED if (s < 0 or is_marker(profile.string(int(s))) or module_event(profile.string(int(s))))
+            else profile.string(int(s)) for s in su]
+    rinv, ru = pd.factorize(ev.role)          # None -> -1
+    # one integer per event: a known role's code, else len(ru) + its scope's code; then one label per key
+    key = np.where(rinv >= 0, rinv, len(ru) + sinv)
+    kinv, ku = pd.factorize(key)
+    labels = np.array([ru[k] if k < len(ru) else fb_u[k - len(ru)] for k in ku.tolist()], dtype=object)
+    cats = np.array(sorted(set(labels.tolist())), dtype=object)   # pd.Categorical(values)'s own category order
+    lab_code = np.searchsorted(cats, labels)
+    return ev.layer.copy(), pd.Categorical.from_codes(lab_code[kinv], categories=cats)
 
 
 @dataclass
@@ -241,7 +249,9 @@ def _choose_phase(b: _Side, a: _Side, phase: str | None) -> tuple[str | None, li
 
 
 def _work(side: _Side, phase: str | None, rank: int | None) -> tuple[pd.DataFrame, int]:
-    """Event time with region, layer, family, variant, library, name; and the number of steps it covers."""
+    """Event time per (region, family, variant, library, name, layer) - one row per group, columns `sum` (ns) and
+    `count` - and the number of steps it covers. Grouped over integer codes (factorize, bincount): the per-event
+    work is a few array passes, the DataFrame holds groups only (thousands), whatever the number of events."""
     ev = side.events
     m = np.ones(len(ev), dtype=bool)
     if phase is not None:
@@ -249,22 +259,31 @@ def _work(side: _Side, phase: str | None, rank: int | None) -> tuple[pd.DataFram
     if rank is not None:
         m &= ev.rank == rank
     idx = np.flatnonzero(m)
+    step = ev.step[idx]
+    steps = len(pd.unique(step[step >= 0]))
+    role = np.asarray(side.role.codes)[idx]
+    fam_c = np.asarray(ev.family.codes)[idx]
+    var_c = np.asarray(ev.variant.codes)[idx]
+    lib_c = np.asarray(ev.library.codes)[idx]
+    name, layer = ev.name[idx], side.layer[idx]
+    key, first = group_codes(role, fam_c, var_c, lib_c, name, layer)
+    G = len(first)
+    fam_s = np.asarray(ev.family.categories.astype(str), dtype=object)
+    fam = np.where(fam_c[first] >= 0, fam_s[np.maximum(fam_c[first], 0)] if len(fam_s) else "nan", "nan")
     df = pd.DataFrame({
-        "rank": ev.rank[idx], "step": ev.step[idx],
-        "layer": side.layer[idx],
-        "role": side.role[idx],
-        "family": ev.family[idx].astype(str) if len(idx) else pd.Categorical([]),
-        "variant": ev.variant[idx], "library": ev.library[idx], "name": ev.name[idx],
-        "dur": ev.dur[idx].astype(np.float64)})
-    for c in ("family", "variant", "library"):
-        if not isinstance(df[c].dtype, pd.CategoricalDtype):
-            df[c] = df[c].astype("category")
-    steps = df.loc[df["step"] >= 0, "step"].nunique()
+        "layer": layer[first],
+        "role": pd.Categorical.from_codes(role[first], dtype=side.role.dtype),
+        "family": pd.Series(fam.astype(str), dtype=object).astype("category"),   # as `family.astype(str)` per event
+        "variant": pd.Categorical.from_codes(var_c[first], dtype=ev.variant.dtype),
+        "library": pd.Categorical.from_codes(lib_c[first], dtype=ev.library.dtype),
+        "name": name[first],
+        "sum": np.bincount(key, weights=ev.dur[idx].astype(np.float64), minlength=G),
+        "count": np.bincount(key, minlength=G).astype(np.int64)})
     return df, int(steps)
 
 
 def _agg(df: pd.DataFrame, keys: list[str], norm: float) -> pd.DataFrame:
-    g = df.groupby(keys, observed=True, dropna=False)["dur"].agg(["sum", "count"])
+    g = df.groupby(keys, observed=True, dropna=False)[["sum", "count"]].sum()
     g["sum"] /= norm
     g["count"] /= norm
     return g
@@ -285,12 +304,12 @@ def _deltas(b: pd.DataFrame, a: pd.DataFrame, fmt=str, detail: dict | None = Non
 
 def _variants(df: pd.DataFrame, norm: float, total: float, prof) -> dict[str, dict[tuple, VariantTime]]:
     """region -> {(family, variant, library): VariantTime}; `minor` marks variants under MINOR_SHARE of the time."""
-    g = df.groupby(["role", "family", "variant", "library", "name"], observed=True, dropna=False)["dur"].agg(["sum", "count"])
+    g = df.groupby(["role", "family", "variant", "library", "name"], observed=True, dropna=False)[["sum", "count"]].sum()
     g = g.reset_index()
     out: dict[str, dict[tuple, VariantTime]] = {}
     if g.empty:
         return out
-    n_events = float(len(df))
+    n_events = float(df["count"].sum())
     g = g.sort_values("sum", ascending=False)
     agg = g.groupby(["role", "family", "variant", "library"], observed=True, dropna=False, sort=False).agg(
         sum=("sum", "sum"), count=("count", "sum"), name=("name", "first"))
@@ -436,8 +455,8 @@ def diff_profiles(before, after, phase: str | None = None, rank: int | None = No
     if not per_step:
         notes.append("no step markers on both sides: event times are totals, not per step")
     matched_b, matched_a = _agg(wb, ["role", "family"], nb), _agg(wa, ["role", "family"], na)
-    vb = _variants(wb, nb, float(wb["dur"].sum()), before)
-    va = _variants(wa, na, float(wa["dur"].sum()), after)
+    vb = _variants(wb, nb, float(wb["sum"].sum()), before)
+    va = _variants(wa, na, float(wa["sum"].sum()), after)
     detail = {}
     for key in set(matched_b.index) | set(matched_a.index):
         role, fam = str(key[0]), str(key[1])

@@ -45,6 +45,27 @@ def codes(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(uniq), inv.astype(np.int64)
 
 
+def group_codes(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, first row of each code) of the combinations of several columns, codes numbered in order of
+    first appearance (the rows `drop_duplicates` keeps, in its order). Mixed radix over factorized columns (a
+    missing value is a value of its own), re-densified only where the key could overflow; one hash pass per
+    column plus one for the key."""
+    n = len(cols[0]) if cols else 0
+    key = np.zeros(n, dtype=np.int64)
+    radix = 1                                        # distinct values key can take so far
+    for col in cols:
+        cinv, cu = pd.factorize(col, use_na_sentinel=False)
+        if radix * max(len(cu), 1) >= 1 << 62:       # re-densify only when the key could overflow
+            key = pd.factorize(key)[0].astype(np.int64)
+            radix = int(key.max()) + 1 if n else 1
+        key = key * len(cu) + cinv
+        radix *= max(len(cu), 1)
+    key = pd.factorize(key)[0].astype(np.int64)
+    first = np.empty(int(key.max()) + 1 if n else 0, dtype=np.int64)
+    first[key[::-1]] = np.arange(n - 1, -1, -1)     # repeated indices: the last write (the first row) wins
+    return key, first
+
+
 def expand(values_per_unique, inv: np.ndarray) -> pd.Categorical:
     """A Categorical with one entry per event from values given per unique key (`inv` maps event -> key)."""
     vals = pd.Series(list(values_per_unique), dtype=object)
@@ -136,11 +157,17 @@ def _classes(profile, table: str, rows: np.ndarray, rules: RuleSet) -> tuple[pd.
     return df, inv
 
 
-def _category(family: np.ndarray, roof: Roofline, extra_comm: np.ndarray | None = None) -> np.ndarray:
-    comm = family == "communication"
+def _category(family: np.ndarray | pd.Categorical, roof: Roofline, extra_comm: np.ndarray | None = None) -> np.ndarray:
+    if isinstance(family, pd.Categorical):  # compared per category, not per event
+        cats = np.asarray(family.categories, dtype=object)
+        fc = np.asarray(family.codes)
+        comm = (cats == "communication")[fc] & (fc >= 0)
+        copy = np.isin(cats, ["copy", "memcpy"])[fc] & (fc >= 0)
+    else:
+        comm = family == "communication"
+        copy = np.isin(family, ["copy", "memcpy"])
     if extra_comm is not None:
         comm = comm | extra_comm
-    copy = np.isin(family, ["copy", "memcpy"])
     cat = np.full(len(family), CAT_UNATTR, dtype=np.int8)
     cat[roof.bound == BOUND_COMPUTE] = CAT_COMPUTE
     cat[roof.bound == BOUND_MEMORY] = CAT_MEMORY
@@ -166,11 +193,11 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     krows = np.arange(nk)
     cls, inv = _classes(profile, "kernels", krows, rules)
     fam_u = cls["family"].astype(str).to_numpy()
-    kfam = fam_u[inv] if nk else np.zeros(0, dtype=object)
     comm_k = np.zeros(nk, dtype=bool)
     ck = profile.tables["collectives"]["kernel"]
     comm_k[ck[(ck >= 0) & (ck < nk)]] = True
-    eligible = ~((kfam == "communication") | comm_k | np.isin(kfam, ["copy", "memcpy"]))
+    not_roof_u = (fam_u == "communication") | np.isin(fam_u, ["copy", "memcpy"])   # per distinct name, not per event
+    eligible = ~(not_roof_u[inv] | comm_k) if nk else np.zeros(0, dtype=bool)
     # memcpy rows: family memcpy, variant memcpy / memset, no roofline
     mk_u, mk_inv = codes(M["kind"])
     mk_names = [profile.string(int(u)) or "memcpy" for u in mk_u]
@@ -188,7 +215,7 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     call = call_ids(op, graph, profile.n("launches")) if (graph >= 0).any() else None
     roof = event_roofline(profile, op, dur, rank, np.concatenate([eligible, np.zeros(nm, dtype=bool)]), call)
     family = expand(per_u["family"], inv_all)
-    cat = _category(np.asarray(family.astype(object)), roof, np.concatenate([comm_k, np.zeros(nm, dtype=bool)]))
+    cat = _category(family, roof, np.concatenate([comm_k, np.zeros(nm, dtype=bool)]))
     cat[nk:] = CAT_MEMCPY
     index = StructureIndex(profile)
     reg_k = regions(profile, "kernels", krows, index, shape_regions)

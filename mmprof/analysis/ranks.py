@@ -24,7 +24,7 @@ import pandas as pd
 
 from mmprof.analysis.collectives import CollectiveStat, align_calls, collective_stats
 from mmprof.analysis.engine_steps import describe, engine_steps
-from mmprof.analysis.events import CAT_COMM, events_of
+from mmprof.analysis.events import CAT_COMM, events_of, group_codes
 from mmprof.analysis.timeline import phase_labels
 from mmprof.errors import NoEvidence
 from mmprof.units import fmt_ns
@@ -130,27 +130,52 @@ class RanksResult:
                 "per_rank": [r.to_dict() for r in self.per_rank], "findings": self.findings}
 
 
+def _sorted(w: np.ndarray, s: np.ndarray, e: np.ndarray) -> bool:
+    """Whether rows are already ordered by (w, s, e): one pass, against a sort of a million rows."""
+    if len(w) < 2:
+        return True
+    dw, ds = w[1:] - w[:-1], s[1:] - s[:-1]
+    return bool(np.all((dw > 0) | ((dw == 0) & ((ds > 0) | ((ds == 0) & (e[1:] >= e[:-1]))))))
+
+
 def _sweep(items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per window: span, busy and comm time; per (window, region): non-comm time (see the module docstring).
 
     `items` has columns w (window code), start, end, reg (region code), comm (bool)."""
-    it = items.sort_values(["w", "start", "end"], kind="stable")
-    w = it["w"].to_numpy()
-    start, end = it["start"].to_numpy(), it["end"].to_numpy()
-    first = np.ones(len(it), dtype=bool)
+    w0, s0, e0 = items["w"].to_numpy(), items["start"].to_numpy(), items["end"].to_numpy()
+    if _sorted(w0, s0, e0):                           # events in time order, one window after another: the usual
+        order = np.arange(len(w0))
+        w, start, end = w0, s0, e0
+    else:
+        order = np.lexsort((e0, s0, w0))              # stable, by window, start, end
+        w, start, end = w0[order], s0[order], e0[order]
+    first = np.ones(len(w), dtype=bool)
     first[1:] = w[1:] != w[:-1]
-    cm = it.groupby("w", sort=False)["end"].cummax().to_numpy()
+    cm = pd.Series(end).groupby(w, sort=False).cummax().to_numpy()
     prev = np.empty_like(cm)
     prev[1:] = cm[:-1]
     prev[first] = start[first]
     gap = np.where(first, 0, np.maximum(start - prev, 0))
     busy = np.maximum(end - np.maximum(prev, start), 0)
-    comm = it["comm"].to_numpy()
-    df = pd.DataFrame({"w": w, "reg": it["reg"].to_numpy(), "gap": gap, "busy": busy, "comm": comm * busy,
-                       "own": gap + np.where(comm, 0, busy), "s": start, "e": end})
-    win = df.groupby("w").agg(busy=("busy", "sum"), comm=("comm", "sum"), s=("s", "min"), e=("e", "max"))
+    comm = items["comm"].to_numpy()[order]
+    own = gap + np.where(comm, 0, busy)
+    # per window (codes 0..n-1, every one present, rows sorted by window then start): sums, first start, last end
+    nw = int(w[-1]) + 1
+    heads = np.flatnonzero(first)
+    win = pd.DataFrame({"busy": np.bincount(w, weights=busy, minlength=nw).astype(np.int64),
+                        "comm": np.bincount(w, weights=comm * busy, minlength=nw).astype(np.int64),
+                        "s": start[heads], "e": np.maximum.reduceat(end, heads)},
+                       index=pd.Index(w[heads], name="w"))
     win["span"] = win["e"] - win["s"]
-    reg = df.groupby(["w", "reg"])["own"].sum()
+    # per (window, region): hashed, then the few distinct pairs sorted (the groupby's sorted MultiIndex)
+    reg_c = items["reg"].to_numpy()[order].astype(np.int64)
+    nreg = int(reg_c.max()) + 1
+    kinv, ku = pd.factorize(w.astype(np.int64) * nreg + reg_c)
+    ku = np.asarray(ku)
+    srt = np.argsort(ku)
+    tot = np.bincount(kinv, weights=own, minlength=len(ku)).astype(np.int64)[srt]
+    reg = pd.Series(tot, index=pd.MultiIndex.from_arrays([ku[srt] // nreg, ku[srt] % nreg], names=["w", "reg"]),
+                    name="own")
     return win, reg
 
 
@@ -183,23 +208,34 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
                      + ("" if per.nunique() == 1 else f"; the ranks hold {per.min()}-{per.max()} engine steps, so "
                         "step N may not be the same iteration on every rank"))
     # regions: codes over the frame's region strings; a collective takes its kernel's / op's region
-    reg_s = np.where(ev.region == None, UNSCOPED, ev.region).astype(object) if len(ev) else np.array([], object)
-    c_reg = np.where(calls.event >= 0, reg_s[np.maximum(calls.event, 0)] if len(ev) else UNSCOPED, UNSCOPED)
-    rcodes, runiq = pd.factorize(np.concatenate([reg_s, c_reg.astype(object)]))
-    info = pd.DataFrame({"region": runiq[rcodes[:len(ev)]] if len(ev) else [], "layer": ev.layer,
-                         "role": ev.role}).drop_duplicates("region").set_index("region")
-    items = pd.DataFrame({
-        "rank": np.concatenate([ev.rank, calls.rank]), "phase": np.concatenate([ev_ph, c_ph]),
-        "step": np.concatenate([ev.step, calls.step]), "start": np.concatenate([ev.start, calls.start]),
-        "end": np.concatenate([ev.end, calls.start + calls.dur]), "reg": rcodes,
-        "comm": np.concatenate([ev.cat == CAT_COMM, np.ones(nc, dtype=bool)])})
+    # (integer codes over the distinct region strings, numbered in order of first appearance, events first)
+    einv, eu = pd.factorize(ev.region)                                   # None -> -1
+    lcode, luniq = pd.factorize(np.array(list(eu) + [UNSCOPED], dtype=object))
+    e_code = lcode[np.where(einv >= 0, einv, len(eu))]
+    c_code = np.where(calls.event >= 0, e_code[np.maximum(calls.event, 0)] if len(ev) else lcode[-1], lcode[-1])
+    rcodes, ruq = pd.factorize(np.concatenate([e_code, c_code]).astype(np.int64))
+    runiq = np.asarray(luniq, dtype=object)[np.asarray(ruq)]
+    _, efirst = group_codes(rcodes[:len(ev)])
+    info = pd.DataFrame({"region": runiq[rcodes[efirst]], "layer": ev.layer[efirst],
+                         "role": ev.role[efirst]}).set_index("region")
+    # windows (rank, phase, step) as integer codes in order of first appearance (what drop_duplicates gave)
+    ph_all = np.concatenate([ev_ph, c_ph])
+    pinv, pu = pd.factorize(ph_all)
+    keep = np.ones(len(ph_all), dtype=bool)
     if phase is not None:
-        if phase not in set(items["phase"]):
-            raise NoEvidence(f"the profile has no {phase!r} phase (it has: {', '.join(sorted(set(items['phase'])))})")
-        items = items[items["phase"] == phase]
-    wk = items[["rank", "phase", "step"]].drop_duplicates().reset_index(drop=True)
-    wk["w"] = np.arange(len(wk))
-    items = items.merge(wk, on=["rank", "phase", "step"], how="left")
+        have = set(pu.tolist())
+        if phase not in have:
+            raise NoEvidence(f"the profile has no {phase!r} phase (it has: {', '.join(sorted(have))})")
+        keep = pinv == pu.tolist().index(phase)
+    rank_all = np.concatenate([ev.rank, calls.rank])[keep]
+    step_all = np.concatenate([ev.step, calls.step])[keep]
+    w, first = group_codes(rank_all, pinv[keep], step_all)
+    nw = len(first)
+    wk = pd.DataFrame({"rank": rank_all[first], "phase": pu[pinv[keep][first]], "step": step_all[first],
+                       "w": np.arange(nw)})
+    items = pd.DataFrame({"w": w, "start": np.concatenate([ev.start, calls.start])[keep],
+                          "end": np.concatenate([ev.end, calls.start + calls.dur])[keep], "reg": rcodes[keep],
+                          "comm": np.concatenate([ev.cat == CAT_COMM, np.ones(nc, dtype=bool)])[keep]})
     win, reg = _sweep(items) if len(items) else (pd.DataFrame(), pd.Series(dtype=float))
     wk = wk.join(win, on="w")
     # windows outside every step of a phase that has steps are scattered work (set-up, sampling): left out

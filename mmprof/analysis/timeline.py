@@ -178,15 +178,26 @@ def phase_labels(profile, phase_ids: np.ndarray) -> np.ndarray:
     return lab[inv]
 
 
+def _sorted_codes(a: np.ndarray, as_type=None) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(a, return_inverse=True)` by hashing (pd.factorize) and sorting the few distinct values only:
+    the same answer without sorting a million events."""
+    inv, u = pd.factorize(a)
+    u = np.asarray(u) if as_type is None else np.asarray(u).astype(as_type)
+    order = np.argsort(u, kind="stable")
+    pos = np.empty(len(order), dtype=np.int64)
+    pos[order] = np.arange(len(order))
+    return u[order], pos[inv]
+
+
 def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
     """The per-window category breakdown of a profile (see the module docstring)."""
     ev = events if events is not None else events_of(profile)
     if not len(ev):
         raise NoEvidence("profile has no kernels, copies or CPU ops: nothing to put on a timeline")
     phase = phase_labels(profile, ev.phase)
-    ph_u, ph_inv = np.unique(phase.astype(str), return_inverse=True)
-    r_u, r_inv = np.unique(ev.rank, return_inverse=True)     # dense codes: the key never overflows, whatever the
-    s_u, s_inv = np.unique(ev.step, return_inverse=True)     # rank and step numbers
+    ph_u, ph_inv = _sorted_codes(phase, str)
+    r_u, r_inv = _sorted_codes(ev.rank)     # dense codes: the key never overflows, whatever the
+    s_u, s_inv = _sorted_codes(ev.step)     # rank and step numbers
     key = (r_inv.astype(np.int64) * len(ph_u) + ph_inv) * len(s_u) + s_inv
     kuniq, gcode = codes(key)
     G = len(kuniq)

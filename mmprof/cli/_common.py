@@ -11,7 +11,6 @@ import orjson
 from rich.console import Console
 
 from mmprof.fileio import atomic_write
-from mmprof.importers import import_paths
 
 
 def console(stderr: bool = False) -> Console:
@@ -55,11 +54,16 @@ graph_ref_option = click.option(
 
 def load_ref(graph_ref: str | None):
     """The --graph-ref profile (or trace), or None."""
+    # imported here, not at the top: commands that read no trace (rules, --help) never load pandas/numpy
+    from mmprof.importers import import_paths
+
     return import_paths([graph_ref]) if graph_ref else None
 
 
 def load_any(path: str, graph_ref: str | None = None):
     """A saved Profile or raw traces (a file or a directory), imported on the fly; `graph_ref` as the option."""
+    from mmprof.importers import import_paths  # see load_ref
+
     return import_paths([path], graph_ref=load_ref(graph_ref))
 
 

@@ -25,8 +25,8 @@ from mmprof.render.text.progress import progress_bar
               help="The files are ranks of one run even though their tools, devices, world sizes or clocks differ.")
 @graph_ref_option
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
-              help="Processes importing rank files side by side [default: the machine's cores when the files hold "
-                   "32 MB or more, else 1]; each holds one file's import at a time.")
+              help="Processes importing rank files side by side [default: one per 256 MB of JSON, at most one per "
+                   "file and per usable core; 1 below that]; each holds one file's import at a time.")
 @json_option
 def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str | None, one_run: bool,
                graph_ref: str | None, jobs: int | None, as_json: bool) -> None:

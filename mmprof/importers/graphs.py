@@ -28,6 +28,7 @@ from difflib import SequenceMatcher
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from mmprof.profiles.model import Profile
 
@@ -98,8 +99,11 @@ def unmarked_replays(profile: Profile) -> bool:
     if not profile.n("kernels") or (K["graph"] >= 0).any():
         return False
     la = K["launch"]
-    used = np.unique(la[(la >= 0) & (la < profile.n("launches"))])
-    return bool(_name_mask(profile, L["name"][used], GRAPH_LAUNCH).any())
+    la = la[(la >= 0) & (la < profile.n("launches"))]
+    graph_names = [c for c in pd.unique(L["name"]).tolist() if _name_mask(profile, np.array([c]), GRAPH_LAUNCH)[0]]
+    if not graph_names or not len(la):   # the common case, decided on the distinct launch names alone
+        return False
+    return bool(np.isin(L["name"][la], graph_names).any())
 
 
 def _string_id(profile: Profile, s: str) -> int:

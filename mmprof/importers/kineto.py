@@ -31,26 +31,51 @@ from mmprof.importers._kineto_rank import RankImporter
 from mmprof.labels import MAX_RANK, rank_from_name
 from mmprof.profiles.model import Profile, merge_profiles
 
-# Several rank files import in worker processes when they are big enough to pay for starting them
-PARALLEL_MIN_BYTES = 32 << 20
+# Several rank files import in worker processes only when each worker gets enough JSON to pay for starting it:
+# a pool costs 1-2.5 s on the 2-core VM (the forkserver, one interpreter + mmprof import per worker, the Profiles
+# sent back), one import about 12 ns per byte of JSON (1.25 s per 100 MB, docs/benchmarks.md). 8 x 100 MB ran
+# 1.75x faster on two workers; 8 x 60 MB (480 MB) was faster in one run and 1.16x slower in another under heavy
+# load, so each worker must get 256 MB: the default then stays with one process below about 512 MB.
+PARALLEL_MIN_BYTES = 256 << 20
+
+
+def json_bytes(f: Path) -> int:
+    """The JSON size of a trace file: its size, or for a .gz the uncompressed size its trailer records (ISIZE,
+    modulo 4 GiB: never smaller than the file itself is taken)."""
+    try:
+        size = f.stat().st_size
+        if f.name.endswith(".gz") and size >= 18:
+            with open(f, "rb") as fh:
+                fh.seek(-4, os.SEEK_END)
+                return max(size, int.from_bytes(fh.read(4), "little"))
+        return size
+    except OSError:
+        return 0
 
 
 def default_jobs(files: list[Path]) -> int:
-    """Worker processes for importing `files`: MMPROF_IMPORT_JOBS, else the machine's cores (at most one per file)
-    when the files hold at least PARALLEL_MIN_BYTES together, else 1 (in this process)."""
+    """Worker processes for importing `files`: MMPROF_IMPORT_JOBS, else one per PARALLEL_MIN_BYTES of JSON, at most
+    the usable cores (`free_cores`) and one per file; 1 (this process, no workers) for small inputs or one file."""
     env = os.environ.get("MMPROF_IMPORT_JOBS")
     if env:
         try:
             return max(1, min(int(env), len(files)))
         except ValueError:
             raise BadInput(f"MMPROF_IMPORT_JOBS={env!r} is not a number of processes") from None
-    try:
-        total = sum(f.stat().st_size for f in files)
-    except OSError:
-        total = 0
-    if len(files) < 2 or total < PARALLEL_MIN_BYTES:
+    if len(files) < 2:
         return 1
-    return max(1, min(len(files), os.cpu_count() or 1))
+    total = sum(json_bytes(Path(f)) for f in files)
+    return max(1, min(len(files), free_cores(), total // PARALLEL_MIN_BYTES))
+
+
+def free_cores() -> int:
+    """Cores this process may use: its CPU affinity (a container's or taskset's limit), else the machine's count.
+    The load average is not subtracted: measured under load 20 on the 2-core VM, 8 x 60 MB imported in 22 s with
+    two workers against 29.5 s with one (a second process gets its own share of the contended cores)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def _load_in_worker(path: str) -> Profile:
@@ -74,17 +99,46 @@ def _each(files: list[Path], rank: int | None, jobs: int, progress) -> Iterator[
                                       else "spawn")
     from concurrent.futures.process import BrokenProcessPool
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        futures = {pool.submit(_load_in_worker, str(f)): f for f in files}
-        for i, fut in enumerate(as_completed(futures)):
-            if progress is not None:
-                progress(f"imported {futures[fut].name} ({jobs} processes)", i, n)
+    helpers = _helpers_running()
+    pool = futures = fut = got = None
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            futures = {pool.submit(_load_in_worker, str(f)): f for f in files}
+            for i, fut in enumerate(as_completed(futures)):
+                if progress is not None:
+                    progress(f"imported {futures[fut].name} ({jobs} processes)", i, n)
+                try:
+                    got = fut.result()
+                except BrokenProcessPool:
+                    raise BadInput(f"{futures[fut]}: the process importing it died (out of memory?); retry with "
+                                   "fewer processes (--jobs 1 imports one file at a time)") from None
+                yield futures[fut], got
+    finally:  # also on an error or a caller that stops early: the with block shut the pool down (its workers ended)
+        pool = futures = fut = got = None  # noqa: F841 - dropped so the collection below frees the pool's queues
+        _stop_helpers(helpers)
+
+
+def _helpers_running() -> tuple[bool, bool]:
+    """Whether multiprocessing's forkserver and resource tracker processes run already (started by someone else)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    return (getattr(forkserver._forkserver, "_forkserver_pid", None) is not None,
+            getattr(resource_tracker._resource_tracker, "_pid", None) is not None)
+
+
+def _stop_helpers(before: tuple[bool, bool]) -> None:
+    """End the forkserver and resource tracker this import started, so no process outlives the import (the
+    workers end with the pool). Private API of multiprocessing (the methods its own tests use); where it is
+    missing they end with the interpreter instead."""
+    from multiprocessing import forkserver, resource_tracker
+
+    gc.collect()  # the pool's queues and semaphores: freed before the tracker stops, or freeing them restarts it
+    for running, helper in zip(before, (forkserver._forkserver, resource_tracker._resource_tracker)):
+        if not running:
             try:
-                got = fut.result()
-            except BrokenProcessPool:
-                raise BadInput(f"{futures[fut]}: the process importing it died (out of memory?); retry with "
-                               "fewer processes (--jobs 1 imports one file at a time)") from None
-            yield futures[fut], got
+                helper._stop()
+            except (AttributeError, TypeError, OSError, ChildProcessError):
+                pass
 
 
 def load(files: list[Path], rank: int | None = None, jobs: int | None = None, progress=None) -> Profile:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.padding import Padding
 from rich.text import Text
 
-from mmprof.analysis.coverage import Coverage
 from mmprof.render.safe import cell, markup
 from mmprof.render.text.layout import Col, fit_table
+
+if TYPE_CHECKING:  # an annotation only: `mmprof rules` renders here without importing pandas
+    from mmprof.analysis.coverage import Coverage
 
 
 def render_coverage(cov: Coverage, con, top: int = 25, show_unclassified: bool = False) -> None:
