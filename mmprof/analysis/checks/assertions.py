@@ -10,6 +10,7 @@ from typing import Any
 
 from mmprof.analysis.checks.context import MAX_EVIDENCE, CheckResult, Context, scoped, seen_regions, top_kernels
 from mmprof.analysis.checks.registry import check, implementation
+from mmprof.analysis.checks.selectors import bounded_search
 from mmprof.analysis.checks.spec import KINDS, Assertion, glob_mask, unique_map
 from mmprof.units import fmt_ns, fmt_ranges
 
@@ -124,7 +125,7 @@ def _forbid_pattern(a: Assertion, ctx: Context) -> CheckResult:
     if not len(ev):
         return result(a, "no_evidence", "no device events to search" + (f" in {'|'.join(a.region)}" if a.region else ""))
     rx = re.compile(a.pattern)
-    bad = ev[unique_map(ev["name"], lambda s: bool(rx.search(s)))]
+    bad = ev[unique_map(ev["name"], lambda s: bounded_search(rx, s))]
     if len(bad):
         return result(a, "fail", f"{len(bad)} events match /{a.pattern}/ ({fmt_ns(bad['dur_ns'].sum())}, "
                        f"{bad['name'].nunique()} distinct names)", top_kernels(bad), events=int(len(bad)))

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mmprof.analysis.checks.selectors import bounded_search, compile_bounded
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
 
@@ -96,7 +97,7 @@ class Selector:
                 m = m & glob_mask(df[col], globs, lower=True)
         if self.name:
             rx = re.compile(self.name)
-            m = m & unique_map(df["name"], lambda s: bool(rx.search(s)))
+            m = m & unique_map(df["name"], lambda s: bounded_search(rx, s))
         return m
 
 
@@ -185,10 +186,7 @@ def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
                    library=tuple(_as_list(raw.get("library"), w, "library")),
                    path=tuple(_as_list(raw.get("path"), w, "path")), name=raw.get("name"))
     if sel.name is not None:
-        try:
-            re.compile(sel.name)
-        except re.error as e:
-            raise BadInput(f"{w}: bad `name` regex ({e})") from e
+        compile_bounded(sel.name, w, "name")
     region = tuple(_as_list(raw.get("region"), w, "region"))
     a = Assertion(id=aid, kind=kind, code=str(raw.get("code") or KINDS[kind]), description=raw.get("description", ""),
                   region=region, phase=raw.get("phase"), layers=_parse_layers(raw.get("layers"), w), selector=sel,
@@ -213,10 +211,7 @@ def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
     elif kind == "forbid_pattern":
         if not isinstance(a.pattern, str) or not a.pattern:
             raise BadInput(f"{w}: forbid_pattern needs a `pattern` (a regex)")
-        try:
-            re.compile(a.pattern)
-        except re.error as e:
-            raise BadInput(f"{w}: bad `pattern` regex ({e})") from e
+        compile_bounded(a.pattern, w, "pattern")
     elif kind == "dispatch":
         if not a.op or not a.impl:
             raise BadInput(f"{w}: dispatch needs `op` (e.g. moe.experts) and `impl` (e.g. grouped_mm)")

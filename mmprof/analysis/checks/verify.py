@@ -12,6 +12,7 @@ from typing import Any
 from mmprof.analysis.checks import assertions, fastpath  # noqa: F401 (registers the FP implementations)
 from mmprof.analysis.checks.context import MAX_EVIDENCE, CheckResult, Context, dispatch_frame
 from mmprof.analysis.checks.registry import implementation, info
+from mmprof.analysis.checks.selectors import validate_spec
 from mmprof.analysis.checks.spec import Spec, default_spec
 from mmprof.analysis.events import events_of
 from mmprof.labels import region_pattern
@@ -105,6 +106,7 @@ def verify(profile: Any, spec: Spec | None = None, rules: Any = None, sparse_lay
            moe_layers: Any = None, profile_name: str | None = None, shape_regions: Any = None) -> VerifyResult:
     """Evaluate the spec's built-in checks and assertions against a profile (default: `default_spec`)."""
     spec = spec or default_spec(profile.n("dispatch") > 0)
+    validate_spec(spec, rules)  # a selector that names nothing that can exist is bad input, not a pass
     frame = events_of(profile, rules, shape_regions)
     events = frame.frame()
     events = events[events["kind"] != "memcpy"].reset_index(drop=True)
