@@ -32,7 +32,7 @@ KINDS = {"require": "FP003", "forbid": "FP004", "max_launches": "FP005", "forbid
 BUILTIN_CHECKS = ("FP000", "FP001", "FP002", "FP003", "FP004")
 _ASSERT_KEYS = {"id", "kind", "code", "description", "region", "phase", "layers", "family", "variant", "library",
                 "path", "name", "every_layer", "min_time_share", "max", "pattern", "op", "impl", "within"}
-_SPEC_KEYS = {"id", "description", "checks", "sparse_layers", "moe_layers", "example"}
+_SPEC_KEYS = {"id", "description", "checks", "sparse_layers", "moe_layers", "example", "device"}
 
 
 def _as_list(v: Any, where: str, key: str) -> list[str]:
@@ -152,6 +152,7 @@ class Spec:
     sparse_layers: Any = None
     moe_layers: Any = None
     example: bool = False
+    device: str | None = None  # the device the spec is for (a substring of the profile's device name, e.g. MI355X)
 
 
 def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
@@ -243,7 +244,7 @@ def parse_spec(doc: dict[str, Any], source: str) -> Spec:
     assertions = [_parse_assertion(r, source, seen) for r in raw]
     if not assertions and not checks:
         raise BadInput(f"{source}: the spec has no assertions and no checks; nothing to verify")
-    for key in ("id", "description"):
+    for key in ("id", "description", "device"):
         if head.get(key) is not None and not isinstance(head[key], str):
             raise BadInput(f"{source}: [spec] `{key}` must be a string")
     for key in ("sparse_layers", "moe_layers"):
@@ -253,7 +254,7 @@ def parse_spec(doc: dict[str, Any], source: str) -> Spec:
             raise BadInput(f"{source}: [spec] `{key}` must be a count (1..{MAX_LAYER}) or a list of layer indices")
     return Spec(id=str(head.get("id") or Path(source).stem), description=head.get("description", ""), source=source,
                 checks=checks, assertions=assertions, sparse_layers=head.get("sparse_layers"),
-                moe_layers=head.get("moe_layers"), example=bool(head.get("example", False)))
+                moe_layers=head.get("moe_layers"), example=bool(head.get("example", False)), device=head.get("device"))
 
 
 def load_spec(path: str | Path | None = None) -> Spec:
