@@ -109,3 +109,161 @@ def test_ordinary_regexes_are_accepted(rx):
 def test_backreference_refused():
     with pytest.raises(BadInput, match="backreference"):
         compile_bounded(r"(a)\1", "w", "pattern")
+
+
+# -- checks per phase --------------------------------------------------------------------------------------
+HFB = ("hf_m3_decode_bmm",)
+
+
+def test_fp003_fails_on_transformers_decode_bmm_naming_the_phase(capsys):
+    """transformers' generate() on a GPU runs grouped_mm in prefill and batched_mm (a bmm over gathered expert
+    weights) in decode (generation/utils.py `_optimize_model_for_decode`; tests/data/hf_m3_decode_bmm/README.md).
+    Before issue 25 routed-experts-grouped passed on the prefill calls alone."""
+    from tests.conftest import data_file
+
+    rc, out, _ = run_cli(["verify-fastpath", str(data_file(*HFB, "decode_bmm.json.gz")), "--model",
+                          str(data_file(*HFB, "config.json")), "--json"], capsys)
+    import json
+
+    doc = json.loads(out)
+    r = next(x for x in doc["results"] if x["id"] == "routed-experts-grouped")
+    assert rc == 1 and r["status"] == "fail"
+    assert r["message"].startswith("decode: family=grouped_gemm never ran")
+    assert "aten::bmm -> gemm/gemv (cuBLAS) x28" in r["message"]  # 14 bmm ops, 2 gemv kernels each
+    assert r["data"]["phases"]["prefill"]["status"] == "pass" and r["data"]["phases"]["decode"]["status"] == "fail"
+    assert "inferred per step from aten::embedding" in r["message"]
+
+
+def test_phase_inferred_from_embedding_ids_only_without_phases():
+    """The Profile's phase column wins; the embedding rule only fills a profile that has none."""
+    import pandas as pd
+
+    from mmprof.analysis.checks.context import _embedding_tokens, infer_phases
+
+    assert _embedding_tokens("[[4096, 768], [1, 256], [], []]") == 256
+    assert _embedding_tokens("[[4096, 768], [2, 1]]") == 1 and _embedding_tokens("[[5]]") is None
+    ev = pd.DataFrame({"phase": ["decode"], "rank": [0], "step": [1]})
+    assert infer_phases(None, ev)[1] == "annotations"
+
+
+def test_each_phase_is_judged_and_reported():
+    """The reference runtime's loop experts fail in both phases, each named; an explicit `phase` is judged once."""
+    spec = _spec('[spec]\nchecks = []\n[[assert]]\nid = "grouped"\nkind = "require"\n'
+                 'region = "layers.*.moe.routed"\nfamily = "grouped_gemm"\nphase = "decode"\n')
+    r = verify(runtime_profile(device="nvidia", experts="loop"), spec).results[0]
+    assert r.status == "fail" and "phases" not in r.data
+    spec2 = _spec('[spec]\nchecks = []\n[[assert]]\nid = "grouped"\nkind = "require"\n'
+                  'region = "layers.*.moe.routed"\nfamily = "grouped_gemm"\n')
+    r2 = verify(runtime_profile(device="nvidia", experts="loop"), spec2).results[0]
+    assert r2.status == "fail" and set(r2.data["phases"]) == {"prefill", "decode"}
+    assert r2.message.startswith("prefill: ") and "; decode: " in r2.message
+    ok = verify(runtime_profile(device="nvidia"), spec2).results[0]
+    assert ok.status == "pass" and {p["status"] for p in ok.data["phases"].values()} == {"pass"}
+
+
+# -- not applicable ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("trace, cfg, fp001", [("qwen3moe_grouped", "qwen3moe", "not_applicable"),
+                                               ("dsv3_eager", "dsv3", "fail")])
+def test_generic_gate_on_a_moe_model_without_sparse_attention_is_not_exit_2(trace, cfg, fp001, capsys):
+    """Qwen3-MoE and DeepSeek-V3 have no indexer (their configs; modelspec.py): FP002 is not applicable, not
+    missing evidence, and the gate exits with the remaining checks (0 or 1). Qwen3-MoE has no shared expert."""
+    import json
+
+    from tests.conftest import data_file
+
+    rc, out, _ = run_cli(["verify-fastpath", str(data_file("hf_moe", f"{trace}_nostack.json.gz")), "--model",
+                          str(data_file("hf_moe", "configs", f"{cfg}.json")), "--json"], capsys)
+    doc = json.loads(out)
+    st = {r["code"] + ":" + r["id"]: r["status"] for r in doc["results"]}
+    assert st["FP002:block-selection-recomputed"] == "not_applicable"
+    assert st["FP001:shared-expert-separate"] == fp001
+    assert rc in (0, 1) and rc == (1 if "fail" in st.values() else 0)
+    assert doc["counts"]["not_applicable"] >= 1
+
+
+def test_dense_attention_run_makes_fp002_not_applicable():
+    """`run --attention dense`: the dispatch log shows attn.core = dense in every call and no indexer calls."""
+    from mmprof.analysis.checks.context import Context, dense_attention_only
+
+    import pandas as pd
+
+    d = pd.DataFrame({"op": ["attn.core", "attn.core", "moe.experts"], "impl": ["dense", "dense", "grouped_mm"],
+                      "phase": ["prefill", "decode", "decode"], "layer": [0, 0, 2], "rank": 0, "step": [0, 1, 1],
+                      "requested": ["dense", "dense", "grouped_mm"], "reason": None, "scope": None})
+    ctx = Context(events=pd.DataFrame(), dispatch=d, source="kernels", meta={})
+    assert dense_attention_only(ctx)
+    d2 = d.copy()
+    d2.loc[0, "impl"] = "sparse"
+    assert not dense_attention_only(Context(events=pd.DataFrame(), dispatch=d2, source="kernels", meta={}))
+
+
+def test_reference_run_with_dense_attention_is_not_exit_2(tmp_path, capsys):
+    pytest.importorskip("torch")
+    rc, out, _ = run_cli(["verify-fastpath", "--run", "--preset", "tiny", "--attention", "dense", "--batch", "1",
+                          "--prompt-len", "16", "--decode-steps", "2", "--json"], capsys)
+    import json
+
+    doc = json.loads(out)
+    st = {r["code"]: r["status"] for r in doc["results"] if r["kind"] == "check"}
+    assert st["FP002"] == "not_applicable" and st["FP003"] == "pass"
+    assert rc in (0, 1)
+
+
+def test_not_applicable_is_skipped_in_junit_and_all_na_is_exit_2(tmp_path):
+    from junitparser import JUnitXml, Skipped
+
+    from mmprof.analysis.checks.context import CheckResult
+    from mmprof.analysis.checks.verify import VerifyResult
+    from mmprof.render.junit import write_junit
+
+    na = CheckResult(id="x", code="FP002", kind="check", status="not_applicable", message="the model has no indexer")
+    ok = CheckResult(id="y", code="FP004", kind="check", status="pass", message="fine")
+    res = VerifyResult("s", "src", "kernels", 1, 1, [na, ok], [])
+    assert res.exit_code == 0 and res.counts()["not_applicable"] == 1
+    assert VerifyResult("s", "src", "kernels", 1, 1, [na], []).exit_code == 2  # nothing judged
+    write_junit(res, tmp_path / "j.xml")
+    cases = [c for s in JUnitXml.fromfile(str(tmp_path / "j.xml")) for c in s]
+    x = next(c for c in cases if c.name == "x")
+    assert isinstance(x.result[0], Skipped) and "not applicable" in x.result[0].message
+    assert next(c for c in cases if c.name == "y").is_passed
+
+
+# -- input that does not fit -------------------------------------------------------------------------------
+def test_wrong_model_config_is_warned_and_not_used(capsys):
+    """A Mixtral config on the M3 trace explained none of its GEMMs but labelled 12,650 kernels `embed`."""
+    import json
+
+    from tests.conftest import data_file
+
+    rc, out, _ = run_cli(["verify-fastpath", str(data_file("hf_moe", "m3_grouped_nostack.json.gz")), "--model",
+                          str(data_file("hf_moe", "configs", "mixtral.json")), "--json"], capsys)
+    doc = json.loads(out)
+    assert any("does not fit this trace" in w for w in doc["warnings"])
+    assert doc["attributed"] == 0 and rc == 2  # nothing judged from a wrong labelling
+    rc, out, _ = run_cli(["verify-fastpath", str(data_file("hf_moe", "m3_grouped_nostack.json.gz")), "--model",
+                          str(data_file("hf_moe", "configs", "mixtral.json"))], capsys)
+    assert out.index("warning:") < out.index("assertions")
+
+
+def test_example_and_other_device_specs_are_warned(tmp_path, capsys):
+    prof = tmp_path / "p.json.gz"
+    save_profile(runtime_profile(device="amd", meta={"ranks": [{"rank": 0, "devices": [{"name": "AMD Instinct MI300X"}]}]}),
+                 prof)
+    spec = tmp_path / "s.toml"
+    spec.write_text('[spec]\nexample = true\ndevice = "MI355X"\nchecks = ["FP000"]\n')
+    import json
+
+    rc, out, _ = run_cli(["verify-fastpath", str(prof), "--spec", str(spec), "--json"], capsys)
+    w = " ".join(json.loads(out)["warnings"])
+    assert "is an example" in w and "is for MI355X, but this profile ran on AMD Instinct MI300X" in w
+
+
+def test_bad_input_still_writes_junit(tmp_path, capsys):
+    """docs/fastpath.md: the JUnit file is written in every case, bad input included (one <error>)."""
+    from junitparser import Error, JUnitXml
+
+    j = tmp_path / "j.xml"
+    rc, _, err = run_cli(["verify-fastpath", "/nonexistent/p.json", "--junit", str(j)], capsys)
+    assert rc == 2 and j.exists()
+    case = next(c for s in JUnitXml.fromfile(str(j)) for c in s)
+    assert isinstance(case.result[0], Error) and "no such file" in case.result[0].message
