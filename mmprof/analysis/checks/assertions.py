@@ -160,7 +160,7 @@ def _parent_globs(globs: tuple[str, ...]) -> tuple[str, ...]:
 @check("FP004", "forbid")
 def _forbid(a: Assertion, ctx: Context) -> CheckResult:
     ev = scoped(a, ctx.events)
-    where = "|".join(a.region) or "anywhere"
+    where = "|".join(a.region) or "the profile"  # no region: anywhere ("in the profile", not "in anywhere")
     if not len(ctx.events):
         return result(a, "no_evidence", "the profile has no device events")
     if not len(ev):
