@@ -267,3 +267,26 @@ def test_bad_input_still_writes_junit(tmp_path, capsys):
     assert rc == 2 and j.exists()
     case = next(c for s in JUnitXml.fromfile(str(j)) for c in s)
     assert isinstance(case.result[0], Error) and "no such file" in case.result[0].message
+
+
+def test_fp002_not_applicable_without_any_indexer_but_no_evidence_when_sparse_layers_are_known():
+    """A vLLM-style trace of Qwen2-MoE: no dispatch log, no indexer modules, none of the kernels of block selection
+    (families indexer_score, sparse_attention, topk/index_topk in mmprof/rules/kernels_model.toml): FP002 does not
+    apply. With --sparse-layers (the user says the model has sparse layers) the same profile is no evidence."""
+    import pandas as pd
+
+    from mmprof.analysis.checks.context import Context
+    from mmprof.analysis.checks.fastpath import fp002
+
+    ev = pd.DataFrame({"name": ["fused_moe_kernel", "nvjet_tst_64x8", "flash_fwd_kernel"],
+                       "family": ["grouped_gemm", "gemm", "attention"], "variant": ["fused_moe_triton", "x", "fa"],
+                       "role": [None, None, None], "region": [None, None, None], "layer": [-1, -1, -1],
+                       "label_source": [None, None, None], "rank": 0, "step": [1, 1, 1], "phase": None,
+                       "dur_ns": [10, 10, 10]})
+    empty = pd.DataFrame({c: [] for c in ("rank", "step", "layer", "phase", "op", "impl", "requested", "reason", "scope")})
+    assert fp002(Context(events=ev, dispatch=empty, source="kernels", meta={}))[0] == "not_applicable"
+    st = fp002(Context(events=ev, dispatch=empty, source="kernels", meta={}, sparse_layers=57))[0]
+    assert st == "no_evidence"
+    idx = ev.copy()
+    idx.loc[0, ["family", "variant"]] = ["topk", "index_topk"]  # one indexer kernel: not "no indexer"
+    assert fp002(Context(events=idx, dispatch=empty, source="kernels", meta={}))[0] != "not_applicable"
