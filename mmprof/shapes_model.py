@@ -210,7 +210,11 @@ class Comparison:
     unjudged: int  # calls in a known scope whose shapes do not give M, N, K (not judged)
     per_rank: dict[int, dict[str, int]]  # rank -> role -> calls
     findings: list[Finding]
+    differ: int = 0    # calls whose shapes differ (calls == matched + differ + unjudged + unscoped when compared)
+    missing: int = 0   # expected GEMMs of a region that no call showed (not calls: listed in `unmatched` too)
+    compared: bool = True  # False: no model config, the calls were compared across ranks only
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "calls": self.calls, "matched": self.matched, "unmatched": self.unmatched,
-                "unscoped": self.unscoped, "unjudged": self.unjudged, "per_rank": self.per_rank, "findings": [f.to_dict() for f in self.findings]}
+        return {"source": self.source, "calls": self.calls, "compared": self.compared, "matched": self.matched,
+                "differ": self.differ, "unjudged": self.unjudged, "unscoped": self.unscoped, "missing": self.missing,
+                "unmatched": self.unmatched, "per_rank": self.per_rank, "findings": [f.to_dict() for f in self.findings]}

@@ -102,14 +102,16 @@ def _spec(text: str):
 
 
 def test_region_that_matches_nothing_is_no_evidence():
+    """A region the roles can produce but this profile does not have (the shared expert is fused): no evidence.
+    A typo (`routd`) is refused before anything is judged (tests/test_trust_gate.py)."""
     spec = _spec('''
 [spec]
 checks = []
 [[assert]]
-id = "typo"
+id = "absent"
 kind = "require"
-region = "layers.*.moe.routd"
-family = "grouped_gemm"
+region = "layers.*.moe.shared"
+family = "gemm"
 ''')
     r = verify(runtime_profile(device="nvidia"), spec)
     res = r.results[0]

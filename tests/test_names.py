@@ -4,7 +4,6 @@ a table of representative names with their expected display names, and demangle(
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
@@ -227,13 +226,11 @@ def test_display_name_is_deterministic_and_cached(real_names):
     assert [display_name(n) for n in sample] == first
 
 
-def test_all_real_names_are_shown_in_well_under_a_second_each(real_names):
+def test_all_real_names_are_shown(real_names):
+    """Every real name gives a non-empty display name (no time limit here: benchmarks/names_speed.py times it)."""
     display_name.cache_clear()
     demangle.cache_clear()
-    t0 = time.perf_counter()
-    for n in real_names:
-        display_name(n)
-    assert (time.perf_counter() - t0) / len(real_names) < 0.01  # measured ~0.2 ms; 10 ms flags a blow-up
+    assert all(display_name(n) for n in real_names)
 
 
 def test_demangle_reads_the_real_mangled_names(real_names):

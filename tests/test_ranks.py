@@ -324,3 +324,26 @@ def test_fused_moe_op_cost():
     assert op_cost("vllm::outplace_fused_experts", [[64, 3072], [8, 2048, 1536], [8, 3072, 512], [64, 2], [64, 2]],
                    types) is None
 
+
+
+def test_every_percentage_says_what_it_is_of():
+    """Issue 25: "the other ranks wait 36.25 ms per step (8% of the step)" on a 195 ms step was the spread of the
+    waits, not the wait; "no consistent straggler" sat beside "rank 1 holds the others back". Now each share is
+    recomputed here from the numbers beside it, and a finding names a rank only when the straggler is consistent."""
+    import re
+
+    prof = load_profile(ROOT / "examples" / "cpu-tp" / "tp4_fused.json.gz")
+    result = rank_analysis(prof, threshold=0.0)  # every phase a finding, to see its wording
+    for v in result.phases:
+        if v.straggler is None:
+            continue
+        assert "median step" in v.verdict
+        m = re.search(r"wait ([\d.]+ [mu]?s) per step[^(]*\((\d+)% of the ([\d.]+ [mu]?s) median step", v.verdict)
+        if m:  # the wait's share is of the median step, and is the wait's, not the spread's
+            assert fmt_ns(v.step_ns) == m.group(3)
+            assert int(m.group(2)) == round(100 * v.others_wait_ns / v.step_ns)
+        f = next(x for x in result.findings if x.startswith(f"{v.phase}:"))
+        assert bool(re.search(r"rank \d", f.split("differ")[0])) == v.consistent
+    for s in result.steps:
+        assert s.step_ns and s.wait_share == pytest.approx(s.others_wait_ns / s.step_ns)
+        assert s.share == pytest.approx(s.spread_ns / s.step_ns)

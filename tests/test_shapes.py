@@ -307,3 +307,24 @@ def test_cross_rank_unknown_vendor_op():
     assert w.severity == "warning" and w.layers == [5]
     (e,) = cross_rank([a, c])
     assert e.severity == "error" and "shapes differ" in e.message
+
+
+def test_profile_comparison_counts_add_up_and_use_the_shape_regions(capsys):
+    """Issue 25: "1944 calls, 0 match, 0 differ, 0 unjudged, 1944 outside known scopes" beside "1512 of 1512
+    GEMMs matched": the comparison ignored the regions the shape matching gave the calls. Every call now lands in
+    exactly one count, and the calls without labels take the shape-matched regions."""
+    import json as _json
+
+    from mmprof.cli import main
+
+    files = [str(data_file("hf_moe", f"m3_tp2_rank{r}.json.gz")) for r in (0, 1)]
+    with pytest.raises(SystemExit):
+        main(["shapes", "--profile", files[0], "--profile", files[1], "--model",
+              str(data_file("hf_moe", "configs", "m3.json")), "--json"])
+    c = _json.loads(capsys.readouterr().out)["comparison"]
+    assert c["compared"] and c["calls"] == c["matched"] + c["differ"] + c["unjudged"] + c["unscoped"]
+    assert c["unscoped"] < c["calls"] / 2 and c["matched"] > 0
+    with pytest.raises(SystemExit):  # without a model: compared across ranks only, said so, no zero counts
+        main(["shapes", "--profile", files[0], "--profile", files[1], "--json"])
+    c = _json.loads(capsys.readouterr().out)["comparison"]
+    assert c["compared"] is False and c["calls"] > 0

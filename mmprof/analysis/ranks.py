@@ -75,9 +75,15 @@ class StepStraggler:
     spread_ns: float         # most - least waiting rank
     share: float             # spread / the step's median span
     regions: list[RegionExtra]
+    step_ns: float | None = None  # the step's median span over ranks (what the shares are of)
+
+    @property
+    def wait_share(self) -> float:
+        """The others' mean wait as a share of the step's median span."""
+        return self.others_wait_ns / self.step_ns if self.step_ns else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**{k: v for k, v in self.__dict__.items() if k != "regions"},
+        return {**{k: v for k, v in self.__dict__.items() if k != "regions"}, "wait_share": self.wait_share,
                 "regions": [r.to_dict() for r in self.regions]}
 
 
@@ -98,6 +104,8 @@ class PhaseVerdict:
     verdict: str
     regions: list[RegionExtra] = field(default_factory=list)
     layers: list[RegionExtra] = field(default_factory=list)
+    consistent: bool = True          # the straggler is the least waiting rank in most of the steps
+    step_ns: float | None = None     # the median step span: what every share in the verdict is of
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k not in ("regions", "layers")}
@@ -256,6 +264,7 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
         W = wk[wk["phase"] == ph]
         per_step = bool((W["step"] >= 0).any())
         step_rows: list[tuple[int, int, float, float, float]] = []   # (step, straggler, others, spread, share)
+        step_med: dict[int, float] = {}                              # step -> its median span over ranks
         extras: dict[int, tuple[int, pd.DataFrame]] = {}              # step -> (straggler, ranks x region time)
         for st, S in W.groupby("step"):
             if len(S) < 2 or (ph, st) not in aligned_steps:
@@ -264,6 +273,7 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
             s = int(S["wait"].idxmin())
             spread = float(S["wait"].max() - S["wait"].min())
             med = float(S["span"].median())
+            step_med[int(st)] = med
             step_rows.append((int(st), s, float(S.drop(index=s)["wait"].mean()), spread,
                               spread / med if med else 0.0))
             rt = reg.loc[S["w"].to_numpy()].unstack(fill_value=0)
@@ -277,13 +287,19 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
                                       float(R["busy"].sum()) / n, comm, max(comm - wait, 0.0), wait,
                                       sum(1 for x in step_rows if x[1] == r)))
         for st, s, ow, sp, sh in step_rows:
-            steps_out.append(StepStraggler(ph, st, s, ow, sp, sh, _extra(extras[st][1], s, info, runiq)[:3]))
+            steps_out.append(StepStraggler(ph, st, s, ow, sp, sh, _extra(extras[st][1], s, info, runiq)[:3],
+                                           step_med.get(st)))
         phases_out.append(_verdict(ph, W, per_step, step_rows, extras, cw, info, runiq, threshold))
         if phases_out[-1].finding:
             v = phases_out[-1]
             where = ", ".join(f"{x.region} (+{fmt_ns(x.extra_ns)})" for x in v.layers[:3] if x.extra_ns > 0)
-            findings.append(f"{ph}: rank {v.straggler} holds the others back {v.imbalance:.0%} of the step "
-                            f"(threshold {threshold:.0%})" + (f"; it is slower in {where}" if where else ""))
+            med = f"the {fmt_ns(v.step_ns)} median step" if v.step_ns else "the median step"
+            spread = (f"the ranks' waits for peers differ by {v.imbalance:.0%} of {med} (threshold {threshold:.0%})")
+            if not v.consistent:  # no rank to name: the least waiting rank changes from step to step
+                findings.append(f"{ph}: imbalanced, no consistent straggler: {spread}")
+            else:
+                findings.append(f"{ph}: rank {v.straggler} is the straggler: {spread}"
+                                + (f"; it is slower in {where}" if where else ""))
     if len(ranks) < 2:
         notes.append("one rank in the profile: no imbalance to measure" + (
             "; collective times include any waiting, so their bandwidths are lower bounds" if nc else ""))
@@ -358,24 +374,27 @@ def _verdict(ph, W, per_step, step_rows, extras, cw, info, runiq, threshold) -> 
     finding = imb >= threshold
     in_coll = f" in {coll_name}" if coll_name else ""
     explained = sum(x.extra_ns for x in regions if x.extra_ns > 0)
+    consistent = not (2 * k <= steps_used and steps_used > 1)
+    # every percentage says what it is a percentage of: the waits, and their spread, of the median step
+    step = f"the {fmt_ns(med_span)} median step" if per_step else f"the {fmt_ns(med_span)} run"
+    wait_pct = f"{others / med_span:.0%} of {step}" if med_span else "step time unknown"
+    spread_txt = f"the ranks' waits for peers differ by {fmt_ns(spread)} {unit} ({imb:.0%} of {step}"
     if not finding:
-        verdict = (f"{name}: balanced: the ranks' waiting for peers differs by {fmt_ns(spread)} {unit} "
-                   f"({imb:.0%} of the step, threshold {threshold:.0%})")
-    elif 2 * k <= steps_used and steps_used > 1:
+        verdict = f"{name}: balanced: {spread_txt}, threshold {threshold:.0%})"
+    elif not consistent:
         counts = ", ".join(f"rank {r} in {n}" for r, n in sorted(
             {r[1]: sum(1 for x in step_rows if x[1] == r[1]) for r in step_rows}.items(), key=lambda x: -x[1]))
         verdict = (f"{name}: imbalanced but no consistent straggler (the least waiting rank: {counts} of "
-                   f"{steps_used} steps); the ranks' waiting for peers differs by {fmt_ns(spread)} {unit}{in_coll} "
-                   f"({imb:.0%} of the step)")
+                   f"{steps_used} steps); {spread_txt}){in_coll}")
     elif top is None or explained < 0.5 * spread:
-        verdict = (f"{name}: the other ranks wait {fmt_ns(others)} {unit} for rank {strag}{in_coll} ({imb:.0%} of the "
-                   f"step), but only {fmt_ns(explained)} of its time inside the steps is extra: the rest is outside "
-                   "the step markers or a late start")
+        verdict = (f"{name}: the other ranks wait {fmt_ns(others)} {unit} for rank {strag}{in_coll} ({wait_pct}; "
+                   f"{spread_txt}), but only {fmt_ns(explained)} of its "
+                   "time inside the steps is extra: the rest is outside the step markers or a late start")
     else:
         where = f"+{fmt_ns(top.extra_ns)} {unit} in {top.region}" + (f" ({role})" if role and top.layer >= 0 else "")
         verdict = (f"{name}: rank {strag} is the straggler: {where}; the other ranks wait {fmt_ns(others)} {unit}"
-                   f"{in_coll} ({imb:.0%} of the step" + (f"; the straggler in {k} of {steps_used} steps)"
-                                                        if k < steps_used else ")"))
+                   f"{in_coll} ({wait_pct}" + (f"; the straggler in {k} of {steps_used} steps)"
+                                               if k < steps_used else ")"))
     return PhaseVerdict(ph, nranks, steps_used, per_step, strag, imb, others, coll_name,
                         top.region if top else None, role, top.extra_ns if top else None, finding, verdict,
-                        regions[:TOP_REGIONS], layers[:TOP_REGIONS])
+                        regions[:TOP_REGIONS], layers[:TOP_REGIONS], consistent, med_span or None)

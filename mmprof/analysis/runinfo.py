@@ -3,6 +3,8 @@ profiler's dilation, the row counts (a view of the Profile's `run` / `capture` m
 
 from __future__ import annotations
 
+from mmprof.analysis.noise import measurement_warnings
+
 
 class RunSummary:
     """What `mmprof run` reports: where the Profile went, the tokens/s plain and profiled, the dilation."""
@@ -15,7 +17,8 @@ class RunSummary:
     def of(cls, profile, output: str) -> "RunSummary":
         m = profile.meta
         counts = {t: profile.n(t) for t in ("kernels", "ops", "collectives", "scopes", "dispatch")}
-        return cls(output, m["run"], m["capture"], m["parallel"], counts, list(m.get("warnings", [])))
+        return cls(output, m["run"], m["capture"], m["parallel"], counts,
+                   list(m.get("warnings", [])) + measurement_warnings(m["run"]))
 
     def to_dict(self) -> dict:
         r = self.run

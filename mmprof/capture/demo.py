@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.diff import diff_profiles
+from mmprof.analysis.noise import measurement_warnings, speedup_noise
 from mmprof.analysis.summary import summarize
 from mmprof.capture.run_options import Progress, RunOptions
 from mmprof.capture.runtime_run import run_workload
@@ -54,6 +55,7 @@ class DemoResult:
     out_dir: str
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> profile path, switches, tok/s
     speedup: dict[str, float | None] = field(default_factory=dict)
+    speedup_noise: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> band, inside (noise.py)
     steps: list[Step] = field(default_factory=list)
     overlap: dict[str, Any] | None = None
     seconds: float = 0.0
@@ -62,7 +64,7 @@ class DemoResult:
         return next((s for s in self.steps if s.name == name), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"out_dir": self.out_dir, "runs": self.runs, "speedup": self.speedup,
+        return {"out_dir": self.out_dir, "runs": self.runs, "speedup": self.speedup, "speedup_noise": self.speedup_noise,
                 "steps": [s.to_dict() for s in self.steps], "overlap": self.overlap, "seconds": self.seconds}
 
 
@@ -83,7 +85,7 @@ def run_demo(out_dir: str | Path, batch: int = 1, prompt_len: int = 128, decode_
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     res = DemoResult(str(out))
-    opts, profiles = {}, {}
+    opts, profiles, runs_meta = {}, {}, {}
     for label, base, what in SIDES:
         o = RunOptions(base=base, batch=batch, prompt_len=prompt_len, decode_steps=decode_steps, repeats=repeats,
                        command=["mmprof", "demo"])
@@ -92,11 +94,18 @@ def run_demo(out_dir: str | Path, batch: int = 1, prompt_len: int = 128, decode_
         path = out / f"{label}.json.gz"
         save_profile(profile, path)
         r = profile.meta["run"]
+        # one dilation per run, the one diff quotes too: decode under full capture
         res.runs[label] = {"profile": str(path), "what": what, "switches": r["switches"],
-                           "tokens_per_s": r["tokens_per_s"], "dilation": r["dilation"]}
+                           "tokens_per_s": r["tokens_per_s"], "dilation": r["dilation"],
+                           "decode_dilation": ((r.get("dilation_by_phase") or {}).get("full") or {}).get("decode"),
+                           "warnings": measurement_warnings(r)}
+        runs_meta[label] = r
         opts[label], profiles[label] = o, profile
     b, a = (res.runs[k]["tokens_per_s"]["plain"] for k in ("before", "after"))
     res.speedup = {ph: (a[ph] / b[ph] if b[ph] else None) for ph in ("prefill", "decode")}
+    for ph in ("prefill", "decode"):
+        band, inside = speedup_noise(runs_meta["before"], runs_meta["after"], ph)
+        res.speedup_noise[ph] = {"band": band, "inside": inside}
     paths = {k: res.runs[k]["profile"] for k in res.runs}
     for label in ("before", "after"):
         if progress:

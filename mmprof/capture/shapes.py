@@ -96,11 +96,13 @@ def profile_shapes(paths: list[str], tp: int | None = None, ep: int = 1, model: 
     if tp is not None:
         _check_parallel(tp, ep)
     profile = import_paths(paths)
-    calls = calls_from_profile(profile)
     args, spec = _resolve_any(model, profile)
     par = profile.meta.get("parallel") or {}
     tp = tp or par.get("tp") or (profile_tp(profile) if spec is not None else None)
     ep = ep if ep != 1 else par.get("ep", 1) or 1
+    ss = match_profile(profile, spec, tp, ep) if spec is not None else None
+    # calls without region labels take the regions the shape matching gave them (one labelling for both counts)
+    calls = calls_from_profile(profile, ss.regions if ss is not None else None)
     if not calls and spec is None:
         raise NoEvidence(f"{', '.join(map(str, paths))}: no GEMM-like or attention ops with input shapes; record "
                          "with shapes (torch.profiler record_shapes=True, or mmprof record)")
@@ -108,23 +110,24 @@ def profile_shapes(paths: list[str], tp: int | None = None, ep: int = 1, model: 
     if args is not None and tp:
         res = analytic(args, tp, ep, dtype=dtype)
         res.comparison = compare_calls(calls, res, "profile")
-        res.notes.append(f"profile: compared the {len(calls)} traced calls carrying mmprof's region labels with the "
-                         f"analytic shapes of {args.name} at TP {tp}")
+        res.notes.append(f"profile: compared the {len(calls)} traced calls in known regions (mmprof's labels, module "
+                         f"events or shape matching) with the analytic shapes of {args.name} at TP {tp}")
     else:
         name = (spec.model_type or spec.family) if spec is not None else "(unknown)"
         res = ShapesResult(model=name, tp=tp or len(ranks), ep=ep, dtype=dtype, workload=Workload(), ranks=[],
                            config=spec.to_dict() if spec is not None else {})
-        res.comparison = Comparison("profile", len(calls), 0, [], 0, 0, _per_rank(calls), cross_rank(calls))
+        res.comparison = Comparison("profile", len(calls), 0, [], 0, 0, _per_rank(calls), cross_rank(calls),
+                                    compared=False)
         if spec is None:
             res.notes.append("profile meta has no model config / TP size: ranks compared with each other only "
                              "(pass --model and --tp to compare with the model's per-rank shapes too)")
     res.findings.extend(res.comparison.findings)
-    if spec is not None:
-        ss = match_profile(profile, spec, tp, ep)
+    if ss is not None:
         res.findings.extend(traced_findings(ss.report, profile))
         rep = ss.report
         res.notes.append(f"shape matching against {spec.model_type or spec.family} at TP {rep.tp}: {rep.matched} of "
-                         f"{rep.gemms} GEMMs matched a per-rank weight shape, {len(rep.ambiguous)} ambiguous, "
+                         f"{rep.gemms} weight GEMMs have a shape some part of the config explains (in any layout: separate "
+                         f"or fused projections, sharded or whole), {len(rep.ambiguous)} ambiguous, "
                          f"{len(rep.unexplained)} unexplained; {rep.forwards_layered} of {rep.forwards} forwards "
                          "split into the config's layers")
         res.notes.extend(rep.warnings)

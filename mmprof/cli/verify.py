@@ -1,7 +1,8 @@
 """`mmprof verify-fastpath [PROFILE] [--spec FILE] [--junit out.xml] [--json]`: the fast-path CI gate.
 
 Exit codes: 0 every assertion passed; 1 a violation; 2 no evidence (no kernels, a region that matches
-nothing) or bad input. The JUnit file is written in every one of those cases, so CI always has a report.
+nothing) or bad input. The JUnit file is written in every one of those cases (bad input: one <error> test
+case with the message), so CI always has a report.
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ from mmprof.analysis.classify import load_rules
 from mmprof.capture.run_options import validate
 from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, load_any
 from mmprof.cli._options import model_options, run_options, shape_regions, workload_options
-from mmprof.errors import BadInput
-from mmprof.render.junit import write_junit
+from mmprof.analysis.shape_match import match_profile
+from mmprof.errors import BadInput, MmprofError
+from mmprof.modelspec import ModelSpec
+from mmprof.render.junit import write_junit, write_junit_error
 from mmprof.render.text.progress import progress_bar
 from mmprof.render.safe import markup
 from mmprof.render.text.verify import render_verify
+
+MIN_MODEL_FIT = 0.5  # a --model whose shapes explain fewer of the trace's GEMMs than this is not the model that ran
 
 
 @click.command("verify-fastpath")
@@ -51,19 +56,13 @@ def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | No
     --shared-expert separate` exits 1 with FP001). With --model CONFIG, a trace that has shapes but no
     annotations or module events is labelled by matching its GEMMs with the model's per-rank shapes.
     """
-    if (profile is None) == (not do_run):
-        raise BadInput("give a PROFILE (an mmprof profile or a trace) or --run (run the reference runtime first), "
-                       "not both" if do_run else
-                       "give a PROFILE (an mmprof profile or a trace) or --run to run the reference runtime first")
-    spec = load_spec(spec_path) if spec_path else None  # None: the built-in spec that fits the profile
-    rules = load_rules(rules_paths) if rules_paths else None
-    if do_run:
-        prof = _run_reference(run_opts, output, quiet=as_json)
-        profile = output or f"mmprof run ({run_opts['preset']})"
-    else:
-        prof = load_any(profile, graph_ref)
-    result = verify(prof, spec, rules=rules, sparse_layers=sparse_layers, profile_name=str(profile),
-                    shape_regions=shape_regions(prof, model, tp, ep))
+    try:
+        result, prof = _verify(profile, spec_path, rules_paths, sparse_layers, do_run, output, model, tp, ep,
+                               graph_ref, as_json, run_opts)
+    except MmprofError as e:
+        if junit_path:  # CI always gets a report: bad input is one <error> test case (docs/fastpath.md)
+            write_junit_error(str(e), junit_path)
+        raise
     if junit_path:
         write_junit(result, junit_path)
     steps = engine_steps(prof)  # a serving engine's steps: the checks see their phases (prefill / mixed / decode)
@@ -78,6 +77,44 @@ def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | No
             console().print(markup(steps_line))
         render_verify(result, console(), verbose=verbose, junit_path=junit_path)
     ctx.exit(result.exit_code)
+
+
+def _verify(profile, spec_path, rules_paths, sparse_layers, do_run, output, model, tp, ep, graph_ref, as_json,
+            run_opts):
+    if (profile is None) == (not do_run):
+        raise BadInput("give a PROFILE (an mmprof profile or a trace) or --run (run the reference runtime first), "
+                       "not both" if do_run else
+                       "give a PROFILE (an mmprof profile or a trace) or --run to run the reference runtime first")
+    spec = load_spec(spec_path) if spec_path else None  # None: the built-in spec that fits the profile
+    rules = load_rules(rules_paths) if rules_paths else None
+    if do_run:
+        prof = _run_reference(run_opts, output, quiet=as_json)
+        profile = output or f"mmprof run ({run_opts['preset']})"
+    else:
+        prof = load_any(profile, graph_ref)
+    regions, model_spec, warnings = _model_regions(prof, model, tp, ep)
+    return verify(prof, spec, rules=rules, sparse_layers=sparse_layers, profile_name=str(profile),
+                  shape_regions=regions, model=model_spec, warnings=warnings), prof
+
+
+def _model_regions(prof, model: str | None, tp: int | None, ep: int):
+    """(shape regions, ModelSpec, warnings) for --model. A config whose shapes explain fewer than half of the
+    trace's GEMMs is not the model that ran: it is said, and its regions are not used (nothing is judged from a
+    wrong labelling)."""
+    if model is None:
+        return shape_regions(prof, None, tp, ep), None, []
+    spec = ModelSpec.load(model)
+    ss = match_profile(prof, spec, tp, ep)
+    rep = ss.report
+    name = spec.model_type or spec.family
+    if not rep.gemms:
+        return ss.regions, spec, [f"--model {model}: the trace has no weight GEMMs with shapes to match the config "
+                                  "against (record shapes: record_shapes=True)"]
+    if rep.matched < MIN_MODEL_FIT * rep.gemms:
+        return None, spec, [f"--model {model} ({name}) does not fit this trace: its shapes explain {rep.matched} of "
+                            f"{rep.gemms} GEMMs ({rep.matched / rep.gemms:.0%}, fewer than "
+                            f"{MIN_MODEL_FIT:.0%}); its regions are not used (is it the model that ran? check --tp)"]
+    return ss.regions, spec, []
 
 
 def _run_reference(run_opts: dict, output: str | None, quiet: bool):

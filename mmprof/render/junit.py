@@ -2,7 +2,7 @@
 
 classname = the spec id plus the rule code (e.g. `mmprof-reference-fast.FP003`), name = the assertion id.
 A failed assertion is a <failure> (message + evidence lines); "no evidence" is an <error>, because a gate
-that could not judge is not a pass. Every test case also carries its evidence in <system-out>.
+that could not judge is not a pass; "not applicable" (the model has no such part) is <skipped> with its reason. Every test case also carries its evidence in <system-out>.
 
 Every string from the profile or the spec goes through `mmprof.render.safe.visible` first: control characters
 (which XML 1.0 cannot carry) and bidi overrides become visible escapes, so the document stays well-formed and a
@@ -26,7 +26,8 @@ def to_xml(result: Any, suite_name: str = "mmprof.verify-fastpath") -> bytes:
     suites = ET.Element("testsuites", name=suite_name, tests=str(len(result.results)),
                         failures=str(counts["fail"]), errors=str(counts["no_evidence"]))
     suite = ET.SubElement(suites, "testsuite", name=v(result.spec_id), tests=str(len(result.results)),
-                          failures=str(counts["fail"]), errors=str(counts["no_evidence"]), skipped="0", time="0")
+                          failures=str(counts["fail"]), errors=str(counts["no_evidence"]),
+                          skipped=str(counts.get("not_applicable", 0)), time="0")
     props = ET.SubElement(suite, "properties")
     for k, val in (("spec_source", result.spec_source), ("profile", result.profile or ""),
                    ("events_source", result.source), ("events", str(result.events)),
@@ -41,6 +42,8 @@ def to_xml(result: Any, suite_name: str = "mmprof.verify-fastpath") -> bytes:
         elif r.status == "no_evidence":
             el = ET.SubElement(case, "error", message=v(f"{r.code} no evidence: {r.message}")[:1000], type="NoEvidence")
             el.text = body
+        elif r.status == "not_applicable":  # skipped with its reason: neither a failure nor a pass
+            ET.SubElement(case, "skipped", message=v(f"{r.code} not applicable: {r.message}")[:1000])
         out = ET.SubElement(case, "system-out")
         out.text = "\n".join(x for x in [v(r.description or ""), body] if x)
     ET.indent(suites)
@@ -49,3 +52,19 @@ def to_xml(result: Any, suite_name: str = "mmprof.verify-fastpath") -> bytes:
 
 def write_junit(result: Any, path: str | os.PathLike) -> Path:
     return atomic_write(path, to_xml(result))
+
+
+def write_junit_error(message: str, path: str | os.PathLike, suite_name: str = "mmprof.verify-fastpath") -> Path | None:
+    """A JUnit document for a gate that could not run (bad input): one test case, one <error> with the message.
+    Never raises: the input's own error is the one to report."""
+    suites = ET.Element("testsuites", name=suite_name, tests="1", failures="0", errors="1")
+    suite = ET.SubElement(suites, "testsuite", name=suite_name, tests="1", failures="0", errors="1", skipped="0",
+                          time="0")
+    case = ET.SubElement(suite, "testcase", classname=f"{suite_name}.input", name="input", time="0")
+    el = ET.SubElement(case, "error", message=v(message)[:1000], type="BadInput")
+    el.text = v(message)
+    ET.indent(suites)
+    try:
+        return atomic_write(path, ET.tostring(suites, encoding="utf-8", xml_declaration=True))
+    except Exception:  # noqa: BLE001 - the input error is reported, not this one
+        return None

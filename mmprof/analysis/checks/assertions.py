@@ -5,11 +5,14 @@ registered under its code. Every function returns a `CheckResult` whose status i
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
-from mmprof.analysis.checks.context import MAX_EVIDENCE, CheckResult, Context, scoped, seen_regions, top_kernels
+from mmprof.analysis.checks.context import (MAX_EVIDENCE, CheckResult, Context, model_has, phases_present, ran_instead,
+                                            scoped, seen_regions, top_kernels)
 from mmprof.analysis.checks.registry import check, implementation
+from mmprof.analysis.checks.selectors import bounded_search
 from mmprof.analysis.checks.spec import KINDS, Assertion, glob_mask, unique_map
 from mmprof.units import fmt_ns, fmt_ranges
 
@@ -21,8 +24,96 @@ def result(a: Assertion, status: str, message: str, evidence: list[str] | None =
 
 
 def evaluate(a: Assertion, ctx: Context) -> CheckResult:
-    """Evaluate one assertion by its kind's registered implementation."""
-    return implementation(KINDS[a.kind], a.kind)(a, ctx)
+    """Evaluate one assertion by its kind's registered implementation: on each phase of the run separately when
+    the run has more than one and the assertion names none (a fast path that ran in prefill only must not pass
+    on the prefill calls), else once."""
+    fn = implementation(KINDS[a.kind], a.kind)
+    na = _subject_missing(a, ctx)
+    if na is not None:
+        return na
+    phases = phases_present(ctx.events) if a.kind != "dispatch" else \
+        sorted({str(p) for p in ctx.dispatch["phase"].dropna().unique()}) if len(ctx.dispatch) else []
+    if a.phase or len(phases) < 2 or a.kind == "forbid_pattern":
+        return fn(a, ctx)
+    parts = {}
+    for p in phases:
+        r = fn(dataclasses.replace(a, phase=p), ctx)
+        if a.kind == "require" and r.status == "no_evidence":
+            r = _absent_in_phase(a, ctx, p) or r
+        parts[p] = r
+    return _combine(a, parts, ctx)
+
+
+def _subject_part(glob: str) -> str | None:
+    role = glob.split(".", 2)[2] if glob.startswith("layers.") and glob.count(".") >= 2 else glob
+    if role.startswith("moe.shared"):
+        return "shared_expert"
+    if role.startswith("moe"):
+        return "experts"
+    if role.startswith("attn.indexer"):
+        return "indexer"
+    return None
+
+
+def _subject_missing(a: Assertion, ctx: Context) -> CheckResult | None:
+    """Not applicable: every region the assertion names is a part the model does not have (routed experts in a
+    dense model, an indexer without sparse attention, a shared expert a MoE model does not have)."""
+    if a.kind == "dispatch" or not a.region or "*" in a.region:
+        return None
+    parts = {_subject_part(g) for g in a.region}
+    if None in parts or len(parts) != 1:
+        return None
+    part = parts.pop()
+    has, src = model_has(ctx, part)
+    if has is False:
+        what = {"experts": "no MoE layers", "shared_expert": "no shared expert", "indexer": "no sparse-attention indexer"}
+        return result(a, "not_applicable", f"the model has {what[part]} (from {src}): {'|'.join(a.region)} cannot "
+                      "exist", judged_from=src)
+    return None
+
+
+def _combine(a: Assertion, parts: dict[str, CheckResult], ctx: Context) -> CheckResult:
+    """One verdict from the per-phase ones: a failure in any phase fails (the phase named first), a pass needs a
+    pass in at least one phase, the rest is said; all without evidence stays without evidence."""
+    st = {p: r.status for p, r in parts.items()}
+    status = "fail" if "fail" in st.values() else "pass" if "pass" in st.values() else \
+        "not_applicable" if set(st.values()) == {"not_applicable"} else "no_evidence"
+    order = sorted(parts, key=lambda p: (st[p] != "fail", list(parts).index(p)))
+    msg = "; ".join(f"{p}: {parts[p].message}" for p in order)
+    evidence = [f"{p}: {e}" for p in order for e in parts[p].evidence]
+    src = f" (phases {ctx.phase_source})" if ctx.phase_source and ctx.phase_source != "annotations" else ""
+    # the first phase's data (the failing one first) stays at the top, as for a single-phase result
+    data = {**parts[order[0]].data, "phases": {p: {"status": r.status, "message": r.message, **r.data}
+                                               for p, r in parts.items()}}
+    return result(a, status, msg + src, evidence, **data)
+
+
+def _absent_in_phase(a: Assertion, ctx: Context, phase: str) -> CheckResult | None:
+    """A required region with no events in a phase in which its layers ran: the fast path did not run there.
+    Says what ran instead in the region's context (its parent, e.g. layers.*.moe.* for layers.*.moe.routed):
+    the kernels there that the phases where the region did run do not show."""
+    ev = ctx.events
+    in_phase = (ev["phase"] == phase).to_numpy(dtype=bool)
+    layered = in_phase & (ev["layer"] >= 0).to_numpy(dtype=bool)
+    if not layered.any() or all(not g.startswith("layers.") for g in a.region):
+        return None
+    region_any = scoped(dataclasses.replace(a, phase=None), ev)
+    if not len(region_any):
+        return None  # the region ran in no phase: the plain no-evidence message says what exists
+    ctx_globs = a.within or _parent_globs(a.region)
+    here = scoped(Assertion(id=a.id, kind=a.kind, code=a.code, region=ctx_globs, phase=phase, layers=a.layers), ev)
+    where = "|".join(a.region)
+    good = set(region_any["phase"].dropna().astype(str))
+    elsewhere = scoped(Assertion(id=a.id, kind=a.kind, code=a.code, region=ctx_globs, layers=a.layers), ev)
+    elsewhere = elsewhere[elsewhere["phase"].astype(str).isin(good)]
+    seen = set(zip(elsewhere["family"].astype(str), elsewhere["variant"].astype(str)))
+    new = here[[(f, v) not in seen for f, v in zip(here["family"].astype(str), here["variant"].astype(str))]]
+    steps = fmt_ranges(ev.loc[layered, "step"])
+    instead = ran_instead(new if len(new) else here)
+    steps = ("step " if "," not in steps and "-" not in steps else "steps ") + steps
+    return result(a, "fail", f"{a.selector.describe()} never ran: no events in {where} in {steps}, while its "
+                  f"layers ran (it ran in {', '.join(sorted(good))}); ran instead in {'|'.join(ctx_globs)}: {instead}",
+                  [f"ran instead: {instead}"], region_events=0, steps=steps)
 
 
 @check("FP003", "require")
@@ -69,7 +160,7 @@ def _parent_globs(globs: tuple[str, ...]) -> tuple[str, ...]:
 @check("FP004", "forbid")
 def _forbid(a: Assertion, ctx: Context) -> CheckResult:
     ev = scoped(a, ctx.events)
-    where = "|".join(a.region) or "anywhere"
+    where = "|".join(a.region) or "the profile"  # no region: anywhere ("in the profile", not "in anywhere")
     if not len(ctx.events):
         return result(a, "no_evidence", "the profile has no device events")
     if not len(ev):
@@ -124,7 +215,7 @@ def _forbid_pattern(a: Assertion, ctx: Context) -> CheckResult:
     if not len(ev):
         return result(a, "no_evidence", "no device events to search" + (f" in {'|'.join(a.region)}" if a.region else ""))
     rx = re.compile(a.pattern)
-    bad = ev[unique_map(ev["name"], lambda s: bool(rx.search(s)))]
+    bad = ev[unique_map(ev["name"], lambda s: bounded_search(rx, s))]
     if len(bad):
         return result(a, "fail", f"{len(bad)} events match /{a.pattern}/ ({fmt_ns(bad['dur_ns'].sum())}, "
                        f"{bad['name'].nunique()} distinct names)", top_kernels(bad), events=int(len(bad)))

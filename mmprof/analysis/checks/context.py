@@ -15,7 +15,8 @@ from mmprof.units import fmt_ns
 
 @dataclass
 class CheckResult:
-    """The verdict of one assertion or built-in check. status: pass | fail | no_evidence."""
+    """The verdict of one assertion or built-in check. status: pass | fail | no_evidence | not_applicable (the
+    model has no such part: neither a pass nor missing evidence; the exit code follows the other checks)."""
 
     id: str
     code: str
@@ -42,6 +43,8 @@ class Context:
     meta: dict[str, Any]
     sparse_layers: Any = None
     moe_layers: Any = None
+    phase_source: str | None = None  # where the events' phases come from (infer_phases); None: unknown
+    model: Any = None  # the --model ModelSpec, when given: what the model has (experts, shared expert, indexer)
 
 
 def dispatch_frame(profile: Any) -> Any:
@@ -58,6 +61,19 @@ def top_kernels(df: Any, n: int = 5) -> list[str]:
         return []
     g = df.groupby("name", sort=False)["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(n)
     return [f"{name[:110]} x{int(r['count'])} ({fmt_ns(r['sum'])})" for name, r in g.iterrows()]
+
+
+def ran_instead(df: Any, n: int = 3) -> str:
+    """What ran, by op, family and kernel: `aten::bmm -> gemm/gemv (cuBLAS) x28: internal::gemvx::kernel<...`."""
+    if not len(df):
+        return "nothing"
+    d = df.assign(op_name=df["op_name"] if "op_name" in df else None)
+    d = d.fillna({"op_name": "-", "variant": "-", "library": "-"})
+    g = (d.groupby(["op_name", "family", "variant", "library"], dropna=False, observed=True)
+         .agg(count=("dur_ns", "size"), time=("dur_ns", "sum"), name=("name", "first"))
+         .sort_values("time", ascending=False).head(n))
+    return "; ".join(f"{'' if op == '-' else op + ' -> '}{fam}/{var} ({lib}) x{int(r['count'])}: {str(r['name'])[:60]}"
+                     for (op, fam, var, lib), r in g.iterrows())
 
 
 def region_mask(events: Any, globs: tuple[str, ...]) -> Any:
@@ -81,3 +97,148 @@ def seen_regions(events: Any) -> str:
         return "no event is attributed to any region (no scope annotations in this profile)"
     pats = sorted({region_pattern(r) for r in roles})
     return "regions present: " + ", ".join(pats[:10]) + (" ..." if len(pats) > 10 else "")
+
+
+# ------------------------------------------------------------------------------------------------ phases
+PHASE_FROM_EMBEDDING = "inferred per step from aten::embedding's token ids (prefill: more than one token per sequence)"
+
+
+def _embedding_tokens(dims_text: Any) -> int | None:
+    """Tokens per sequence of one aten::embedding call: input_dims [[vocab, hidden], [batch, tokens], ...]."""
+    import json
+
+    if not isinstance(dims_text, str):
+        return None
+    try:
+        dims = json.loads(dims_text)
+    except ValueError:
+        return None
+    if isinstance(dims, list) and len(dims) > 1 and isinstance(dims[1], list) and len(dims[1]) == 2 \
+            and all(isinstance(x, int) for x in dims[1]):
+        return int(dims[1][1])
+    return None
+
+
+def infer_phases(profile: Any, events: Any) -> tuple[Any, str | None]:
+    """Events with a phase per step: the Profile's `phase` column where any event has one (annotations, engine
+    steps; values other than prefill/decode are kept as they are), else inferred from the token ids of the step's
+    aten::embedding (a generate() loop: prefill embeds the prompt, decode one token per sequence), else none."""
+    if not len(events):
+        return events, None
+    if events["phase"].notna().any():
+        return events, "annotations"
+    if not (events["step"] >= 0).any() or not profile.n("ops"):
+        return events, None
+    names = profile.col("ops", "name", decode=True)
+    emb = np.flatnonzero(names == "aten::embedding")
+    if not len(emb):
+        return events, None
+    dims = profile.col("ops", "input_dims", decode=True)
+    rank, step = profile.col("ops", "rank"), profile.col("ops", "step")
+    per: dict[tuple[int, int], str] = {}
+    for i in emb:
+        t = _embedding_tokens(dims[i])
+        if t is None or step[i] < 0:
+            continue
+        key = (int(rank[i]), int(step[i]))
+        ph = "prefill" if t > 1 else "decode"
+        if per.get(key, ph) != ph:  # two forwards of different kinds in one step: no single phase
+            per[key] = "mixed"
+        else:
+            per[key] = ph
+    if not per or set(per.values()) == {"mixed"}:
+        return events, None
+    keys = list(zip(events["rank"].astype(int), events["step"].astype(int)))
+    out = events.copy()
+    out["phase"] = [per.get(k) for k in keys]
+    return out, PHASE_FROM_EMBEDDING
+
+
+def phases_present(events: Any) -> list[str]:
+    """The phases of the run in order (prefill, decode, then any other value the Profile holds)."""
+    if not len(events):
+        return []
+    vals = {str(p) for p in events["phase"].dropna().unique()}
+    order = {"prefill": 0, "decode": 1}
+    return sorted(vals, key=lambda p: (order.get(p, 2), p))
+
+
+# ------------------------------------------------------------------------------------------------ applicability
+def _meta_model(ctx: Context) -> dict[str, Any]:
+    m = ctx.meta.get("model") or (ctx.meta.get("run") or {}).get("model") or {}
+    return m if isinstance(m, dict) else {}
+
+
+def _first_int(d: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    for k in keys:
+        v = d.get(k)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def model_has(ctx: Context, part: str) -> tuple[bool | None, str]:
+    """Whether the model has `part` (experts | shared_expert | indexer), and from what: the --model config, the
+    Profile's model metadata (the reference runtime's ModelArgs, an engine's HF config), or the module tree
+    (regions from annotations or module events that show the layers' parts). (None, "") when nothing says."""
+    ms = ctx.model
+    if ms is not None:
+        name = f"--model ({ms.model_type or ms.family})"
+        if part == "experts":
+            return ms.n_experts > 0, name
+        if part == "shared_expert":
+            return ms.n_experts > 0 and ms.n_shared_experts > 0 and ms.shared_intermediate > 0, name
+        if part == "indexer":
+            return ms.indexer != "none", name
+    m = _meta_model(ctx)
+    if m:
+        experts = _first_int(m, ("n_experts", "num_experts", "num_local_experts", "n_routed_experts"))
+        shared = _first_int(m, ("n_shared_experts", "num_shared_experts"))
+        shared_i = _first_int(m, ("shared_intermediate", "shared_intermediate_size", "shared_expert_intermediate_size"))
+        if part == "experts" and experts is not None:
+            return experts > 0, "the profile's model config"
+        if part == "shared_expert" and (experts == 0 or shared is not None or shared_i is not None):
+            has = bool(experts) and (shared if shared is not None else 1) > 0 and (shared_i if shared_i is not None else 1) > 0
+            return has, "the profile's model config"
+        if part == "indexer":
+            sparse = m.get("attn_types")
+            if isinstance(sparse, list) and sparse:
+                return "sparse" in sparse, "the profile's model config"
+            if any(k in m for k in ("sparse_attention_config", "index_topk", "index_topk_blocks", "index_n_heads")):
+                return True, "the profile's model config"
+    ev = ctx.events
+    if len(ev) and "label_source" in ev:
+        tree = ev[ev["label_source"].isin(["annotation", "module"]).to_numpy(dtype=bool) & (ev["layer"] >= 0).to_numpy(dtype=bool)]
+        roles = {str(r) for r in tree["role"].dropna().unique()}
+        src = "the module tree" if (tree["label_source"] == "module").any() else "the scope labels"
+        if part in ("experts", "shared_expert") and "mlp" in roles and not any(r.startswith("moe") for r in roles):
+            return False, src
+        if part == "indexer" and any(r.startswith("attn.") for r in roles) and "attn.indexer" not in roles:
+            return (None, "") if _indexer_kernels(ev) else (False, src)
+    return None, ""
+
+
+def _indexer_kernels(ev: Any) -> bool:
+    fam = ev["family"].astype(str)
+    return bool(((fam == "indexer_score") | (fam == "sparse_attention") |
+                 ((fam == "topk") & (ev["variant"].astype(str) == "index_topk"))).any())
+
+
+def dense_attention_only(ctx: Context) -> bool:
+    """The dispatch log shows the run chose dense attention in every call and never ran the indexer."""
+    d = ctx.dispatch
+    if not len(d):
+        return False
+    core = d[d["op"] == "attn.core"]
+    return bool(len(core)) and bool((core["impl"] == "dense").all()) and not (d["op"] == "attn.indexer").any()
+
+
+def no_indexer_anywhere(ctx: Context) -> bool:
+    """No trace of a block / token selection at all: no dispatch rows for it, no indexer regions, and none of the
+    kernels the rules give family indexer_score, sparse_attention or topk/index_topk."""
+    ev, d = ctx.events, ctx.dispatch
+    if len(d) and (d["op"] == "attn.indexer").any():
+        return False
+    if len(ev) and ((ev["role"] == "attn.indexer").any() or _indexer_kernels(ev)):
+        return False
+    return bool(len(ev))

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from mmprof.analysis.checks.context import Context, top_kernels
+from mmprof.analysis.checks.context import (Context, dense_attention_only, model_has, no_indexer_anywhere,
+                                            top_kernels)
 from mmprof.analysis.checks.registry import check
 from mmprof.units import fmt_ns, fmt_ranges
 
@@ -32,10 +33,42 @@ def fp000(ctx: Context) -> Verdict:
                                                          "dispatch_rows": int(len(ctx.dispatch))})
 
 
+def _not_applicable_fp001(ctx: Context) -> Verdict | None:
+    """No experts, or experts without a shared expert: there is no shared expert to fuse."""
+    d = ctx.dispatch
+    if len(d) and (d["op"] == "moe.shared").any():
+        return None
+    for part, what in (("experts", "no MoE layers"), ("shared_expert", "no shared expert")):
+        has, src = model_has(ctx, part)
+        if has is False:
+            return "not_applicable", f"the model has {what} (from {src}): nothing to fuse", [], {"judged_from": src}
+    return None
+
+
+def _not_applicable_fp002(ctx: Context) -> Verdict | None:
+    """No block-selection indexer in the model, or dense attention in the run: nothing to reuse."""
+    if dense_attention_only(ctx):
+        return ("not_applicable", "the run used dense attention (dispatch log: attn.core = dense in every call, no "
+                "attn.indexer calls): no block selection to reuse", [], {"judged_from": "dispatch"})
+    has, src = model_has(ctx, "indexer")
+    if has is False:
+        return ("not_applicable", f"the model has no sparse-attention indexer (from {src}): no block selection to "
+                "reuse", [], {"judged_from": src})
+    if has is None and _sparse_layers(ctx) is None and no_indexer_anywhere(ctx):
+        return ("not_applicable", "no indexer in this profile: no attn.indexer dispatch rows or regions and none of "
+                "the kernels of block selection (indexer_score, index_topk, sparse_attention); a model without "
+                "sparse attention has nothing to reuse (pass --model or --sparse-layers if it should have one)",
+                [], {"judged_from": "kernel families"})
+    return None
+
+
 @check("FP001")
 def fp001(ctx: Context) -> Verdict:
     """Shared expert launched separately: dispatch `moe.shared`=separate, or events under layers.*.moe.shared."""
     ev, d = ctx.events, ctx.dispatch
+    na = _not_applicable_fp001(ctx)
+    if na:
+        return na
     evidence: list[str] = []
     verdicts = []
     rows = d[d["op"] == "moe.shared"] if len(d) else d
@@ -122,6 +155,9 @@ _LABEL_SOURCE = {"annotation": "scope labels", "module": "module events", "shape
 def fp002(ctx: Context) -> Verdict:
     """Block selection recomputed on adjacent sparse layers."""
     ev, d = ctx.events, ctx.dispatch
+    na = _not_applicable_fp002(ctx)
+    if na:
+        return na
     sparse = _sparse_layers(ctx)
     sparse_list = sparse if isinstance(sparse, list) else None
     per_step: dict[tuple[int, int], set[int]] = {}

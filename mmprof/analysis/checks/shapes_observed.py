@@ -144,8 +144,11 @@ def compare_calls(calls: list[Call], res, source: str, tokens: dict[str, int] | 
             sorted(x for x in bad_layers if x >= 0), sorted(bad_ranks),
             {"mismatched_calls": len(unmatched), "calls": len(calls)}))
     findings.extend(cross_rank(calls))
+    differ = sum(1 for u in unmatched if u.get("op"))  # one source of truth: every call lands in one count
+    assert matched + differ + unjudged + unscoped == len(calls), (matched, differ, unjudged, unscoped, len(calls))
     return Comparison(source, len(calls), matched, unmatched[:200], unscoped, unjudged,
-                      {r: dict(v) for r, v in sorted(per_rank.items())}, findings)
+                      {r: dict(v) for r, v in sorted(per_rank.items())}, findings, differ=differ,
+                      missing=len(unmatched) - differ)
 
 
 @check("SH005")
@@ -189,8 +192,9 @@ def _token_free(op: str, shapes: list[list[int]]) -> str:
     return json.dumps(c[1:] if c else [x[1:] for x in shapes if isinstance(x, list)])
 
 
-def calls_from_profile(profile) -> list[Call]:
-    """GEMM-like and attention ops with input shapes from a Profile's ops table."""
+def calls_from_profile(profile, regions=None) -> list[Call]:
+    """GEMM-like and attention ops with input shapes from a Profile's ops table. `regions` (per op, e.g. from
+    shape matching with --model) label the calls whose own scopes name no region."""
     if profile.n("ops") == 0:
         return []
     ranks = profile.col("ops", "rank")
@@ -214,6 +218,8 @@ def calls_from_profile(profile) -> list[Call]:
         if not isinstance(shp, list) or not any(isinstance(x, list) and x for x in shp):
             continue
         label = _region_label(paths[i] or "", scopes[i] or "")
+        if regions is not None and role_of(label) is None and regions.region[i]:
+            label = str(regions.region[i])
         out.append(Call(int(ranks[i]), nm, [x if isinstance(x, list) else [] for x in shp], label,
                         phases[i] or "", int(steps[i])))
     return out

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mmprof.analysis.checks.selectors import bounded_search, compile_bounded
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
 
@@ -31,7 +32,7 @@ KINDS = {"require": "FP003", "forbid": "FP004", "max_launches": "FP005", "forbid
 BUILTIN_CHECKS = ("FP000", "FP001", "FP002", "FP003", "FP004")
 _ASSERT_KEYS = {"id", "kind", "code", "description", "region", "phase", "layers", "family", "variant", "library",
                 "path", "name", "every_layer", "min_time_share", "max", "pattern", "op", "impl", "within"}
-_SPEC_KEYS = {"id", "description", "checks", "sparse_layers", "moe_layers", "example"}
+_SPEC_KEYS = {"id", "description", "checks", "sparse_layers", "moe_layers", "example", "device"}
 
 
 def _as_list(v: Any, where: str, key: str) -> list[str]:
@@ -96,7 +97,7 @@ class Selector:
                 m = m & glob_mask(df[col], globs, lower=True)
         if self.name:
             rx = re.compile(self.name)
-            m = m & unique_map(df["name"], lambda s: bool(rx.search(s)))
+            m = m & unique_map(df["name"], lambda s: bounded_search(rx, s))
         return m
 
 
@@ -151,6 +152,7 @@ class Spec:
     sparse_layers: Any = None
     moe_layers: Any = None
     example: bool = False
+    device: str | None = None  # the device the spec is for (a substring of the profile's device name, e.g. MI355X)
 
 
 def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
@@ -185,10 +187,7 @@ def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
                    library=tuple(_as_list(raw.get("library"), w, "library")),
                    path=tuple(_as_list(raw.get("path"), w, "path")), name=raw.get("name"))
     if sel.name is not None:
-        try:
-            re.compile(sel.name)
-        except re.error as e:
-            raise BadInput(f"{w}: bad `name` regex ({e})") from e
+        compile_bounded(sel.name, w, "name")
     region = tuple(_as_list(raw.get("region"), w, "region"))
     a = Assertion(id=aid, kind=kind, code=str(raw.get("code") or KINDS[kind]), description=raw.get("description", ""),
                   region=region, phase=raw.get("phase"), layers=_parse_layers(raw.get("layers"), w), selector=sel,
@@ -213,10 +212,7 @@ def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
     elif kind == "forbid_pattern":
         if not isinstance(a.pattern, str) or not a.pattern:
             raise BadInput(f"{w}: forbid_pattern needs a `pattern` (a regex)")
-        try:
-            re.compile(a.pattern)
-        except re.error as e:
-            raise BadInput(f"{w}: bad `pattern` regex ({e})") from e
+        compile_bounded(a.pattern, w, "pattern")
     elif kind == "dispatch":
         if not a.op or not a.impl:
             raise BadInput(f"{w}: dispatch needs `op` (e.g. moe.experts) and `impl` (e.g. grouped_mm)")
@@ -248,7 +244,7 @@ def parse_spec(doc: dict[str, Any], source: str) -> Spec:
     assertions = [_parse_assertion(r, source, seen) for r in raw]
     if not assertions and not checks:
         raise BadInput(f"{source}: the spec has no assertions and no checks; nothing to verify")
-    for key in ("id", "description"):
+    for key in ("id", "description", "device"):
         if head.get(key) is not None and not isinstance(head[key], str):
             raise BadInput(f"{source}: [spec] `{key}` must be a string")
     for key in ("sparse_layers", "moe_layers"):
@@ -258,7 +254,7 @@ def parse_spec(doc: dict[str, Any], source: str) -> Spec:
             raise BadInput(f"{source}: [spec] `{key}` must be a count (1..{MAX_LAYER}) or a list of layer indices")
     return Spec(id=str(head.get("id") or Path(source).stem), description=head.get("description", ""), source=source,
                 checks=checks, assertions=assertions, sparse_layers=head.get("sparse_layers"),
-                moe_layers=head.get("moe_layers"), example=bool(head.get("example", False)))
+                moe_layers=head.get("moe_layers"), example=bool(head.get("example", False)), device=head.get("device"))
 
 
 def load_spec(path: str | Path | None = None) -> Spec:

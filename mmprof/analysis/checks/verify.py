@@ -6,12 +6,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from mmprof.analysis.checks import assertions, fastpath  # noqa: F401 (registers the FP implementations)
-from mmprof.analysis.checks.context import MAX_EVIDENCE, CheckResult, Context, dispatch_frame
+from mmprof.analysis.checks.context import MAX_EVIDENCE, CheckResult, Context, dispatch_frame, infer_phases
 from mmprof.analysis.checks.registry import implementation, info
+from mmprof.analysis.checks.selectors import validate_spec
 from mmprof.analysis.checks.spec import Spec, default_spec
 from mmprof.analysis.events import events_of
 from mmprof.labels import region_pattern
@@ -42,6 +45,7 @@ class VerifyResult:
     results: list[CheckResult]
     regions: list[RegionSummary]
     profile: str | None = None
+    warnings: list[str] = field(default_factory=list)  # input that does not fit: said before the verdict
 
     @property
     def exit_code(self) -> int:
@@ -49,14 +53,16 @@ class VerifyResult:
             return 1
         if not self.results or any(r.status == "no_evidence" for r in self.results):
             return 2
-        return 0
+        if all(r.status == "not_applicable" for r in self.results):
+            return 2  # nothing could be judged
+        return 0  # passes, and checks that do not apply to this model (neither a pass nor missing evidence)
 
     @property
     def status(self) -> str:
         return {0: "pass", 1: "fail", 2: "no_evidence"}[self.exit_code]
 
     def counts(self) -> dict[str, int]:
-        out = {"pass": 0, "fail": 0, "no_evidence": 0}
+        out = {"pass": 0, "fail": 0, "no_evidence": 0, "not_applicable": 0}
         for r in self.results:
             out[r.status] += 1
         return out
@@ -65,7 +71,8 @@ class VerifyResult:
         return {"spec": self.spec_id, "spec_source": self.spec_source, "profile": self.profile, "status": self.status,
                 "exit_code": self.exit_code, "source": self.source, "events": self.events,
                 "attributed": self.attributed, "counts": self.counts(),
-                "results": [r.to_dict() for r in self.results], "regions": [g.to_dict() for g in self.regions]}
+                "results": [r.to_dict() for r in self.results], "regions": [g.to_dict() for g in self.regions],
+                "warnings": list(self.warnings)}
 
 
 def region_summaries(events: Any, top: int = 6) -> list[RegionSummary]:
@@ -88,6 +95,35 @@ def region_summaries(events: Any, top: int = 6) -> list[RegionSummary]:
     return out
 
 
+def spec_warnings(spec: Spec, profile: Any, source: str) -> list[str]:
+    """A spec that does not fit the profile: an example spec, a spec for another device, a GPU spec on a CPU run."""
+    out = []
+    if spec.example:
+        out.append(f"spec {spec.id} is an example (example = true): adapt its regions, selectors and thresholds to "
+                   "your deployment before gating CI on it")
+    if spec.device:
+        names = [str(d.get("name") or d.get("arch") or "") for r in profile.meta.get("ranks") or [] if isinstance(r, dict)
+                 for d in r.get("devices") or [] if isinstance(d, dict)]
+        if source == "cpu_ops":
+            out.append(f"spec {spec.id} is for {spec.device}, but this profile ran on the CPU (no GPU kernels)")
+        elif names and not any(spec.device.lower() in n.lower() for n in names):
+            out.append(f"spec {spec.id} is for {spec.device}, but this profile ran on "
+                       f"{', '.join(sorted(set(n for n in names if n))) or 'an unnamed device'}")
+    return out
+
+
+def _op_names(profile: Any, frame: Any) -> Any:
+    """The CPU op of each event (its launching op for a kernel), for "ran instead" evidence."""
+    op = np.asarray(frame.op)
+    if not profile.n("ops") or not len(op):
+        return np.full(len(op), None, dtype=object)
+    names = np.asarray(profile.col("ops", "name", decode=True), dtype=object)
+    ok = (op >= 0) & (op < len(names))
+    out = np.full(len(op), None, dtype=object)
+    out[ok] = names[op[ok]]
+    return out
+
+
 def run_check(code: str, ctx: Context) -> CheckResult:
     """Run one built-in check by its code."""
     meta = info(code)
@@ -102,17 +138,22 @@ def run_check(code: str, ctx: Context) -> CheckResult:
 
 
 def verify(profile: Any, spec: Spec | None = None, rules: Any = None, sparse_layers: Any = None,
-           moe_layers: Any = None, profile_name: str | None = None, shape_regions: Any = None) -> VerifyResult:
+           moe_layers: Any = None, profile_name: str | None = None, shape_regions: Any = None,
+           model: Any = None, warnings: list[str] | None = None) -> VerifyResult:
     """Evaluate the spec's built-in checks and assertions against a profile (default: `default_spec`)."""
     spec = spec or default_spec(profile.n("dispatch") > 0)
+    validate_spec(spec, rules)  # a selector that names nothing that can exist is bad input, not a pass
     frame = events_of(profile, rules, shape_regions)
-    events = frame.frame()
+    events = frame.frame().assign(op_name=_op_names(profile, frame))  # a copy: frame() is cached
     events = events[events["kind"] != "memcpy"].reset_index(drop=True)
+    events, phase_source = infer_phases(profile, events)
     ctx = Context(events=events, dispatch=dispatch_frame(profile), source=frame.source, meta=profile.meta,
                   sparse_layers=sparse_layers if sparse_layers is not None else spec.sparse_layers,
-                  moe_layers=moe_layers if moe_layers is not None else spec.moe_layers)
+                  moe_layers=moe_layers if moe_layers is not None else spec.moe_layers, phase_source=phase_source,
+                  model=model)
     results = [run_check(code, ctx) for code in spec.checks]
     results += [assertions.evaluate(a, ctx) for a in spec.assertions]
     return VerifyResult(spec_id=spec.id, spec_source=spec.source, source=frame.source, events=len(events),
                         attributed=int(events["region"].notna().sum()) if len(events) else 0,
-                        results=results, regions=region_summaries(events), profile=profile_name)
+                        results=results, regions=region_summaries(events), profile=profile_name,
+                        warnings=list(warnings or []) + spec_warnings(spec, profile, frame.source))

@@ -56,7 +56,7 @@ def render_checks(checks: list, con, verbose: bool = False) -> None:
     cols = [Col("code", keep=10), Col("name", keep=7, fold=True, min=14), Col("severity", keep=5),
             Col("summary", keep=9, fold=True, min=24)]
     cells = [[c.code, c.name, c.severity, c.summary] for c in checks]
-    con.print(fit_table(con, cols, cells, title=f"{len(checks)} checks (stable codes)"))
+    con.print(fit_table(con, cols, cells, title=f"{len(checks)} check{'' if len(checks) == 1 else 's'} (stable codes)"))
     if verbose:
         for c in checks:
             con.print(f"\n[bold]{markup(c.code)} {markup(c.name)}[/] ({markup(c.status)}, {markup(c.severity)})")

@@ -21,6 +21,16 @@ def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def _noise(res, phase: str) -> str:
+    """The speed-up's noise band from the plain repeats; flagged when the speed-up lies inside it."""
+    n = (getattr(res, "speedup_noise", None) or {}).get(phase) or {}
+    if n.get("band") is None:
+        return " (no noise band: one plain run)"
+    if n.get("inside"):
+        return f" [yellow](inside the run-to-run spread ±{n['band']:.0%}: not a measured change)[/]"
+    return f" (run-to-run spread ±{n['band']:.0%})"
+
+
 def _step_line(con, s, what: str) -> bool:
     """Print why a step has nothing to show; True when it does have data."""
     if s is None:
@@ -36,18 +46,21 @@ def render_demo(res, con) -> None:
     con.rule("[bold]mmprof demo[/]: tiny MiniMax M3 on CPU, before vs after")
     cols = [Col("run", keep=10), Col("experts / shared / K", keep=8),
             Col("prefill tok/s", "right", keep=9, wrap=True), Col("decode tok/s", "right", keep=9, wrap=True),
-            Col("profiler dilation", "right", keep=6, wrap=True)]
+            Col("profiler dilation (decode)", "right", keep=6, wrap=True)]
     rows = []
     for label, run in res.runs.items():
         tok = run["tokens_per_s"]["plain"]
         sw = run["switches"]
         rows.append([label, f"{sw['moe_impl']} / {sw['shared_expert']} / K={sw['block_reuse']}",
-                     f"{tok['prefill']:,.0f}", f"{tok['decode']:,.1f}", _x(run["dilation"].get("full"))])
+                     f"{tok['prefill']:,.0f}", f"{tok['decode']:,.1f}", _x(run.get("decode_dilation"))])
     con.print(fit_table(con, cols, rows))
     for label, run in res.runs.items():
         _line(con, 2, f"{markup(label)}: {markup(run['what'])} -> {markup(run['profile'])}")
-    con.print(f"speed-up after/before (no profiler): prefill {_x(res.speedup.get('prefill'))}, "
-              f"decode {_x(res.speedup.get('decode'))}")
+    for label, run in res.runs.items():
+        for w in run.get("warnings") or []:
+            _line(con, 2, f"[yellow]warning[/] ({markup(label)}): {markup(w)}")
+    con.print(f"speed-up after/before (no profiler): prefill {_x(res.speedup.get('prefill'))}"
+              f"{_noise(res, 'prefill')}, decode {_x(res.speedup.get('decode'))}{_noise(res, 'decode')}")
     _render_summary(con, res)
     _render_verify(con, res)
     _render_diff(con, res)
@@ -81,7 +94,8 @@ def _render_verify(con, res) -> None:
         verdict = {"pass": "[green]PASS[/]", "fail": "[red]FAIL[/]"}.get(d.get("status"), markup(str(d.get("status")).upper()))
         c = d.get("counts", {})
         _line(con, 2, f"{label}: {verdict} (exit {s.exit_code}): {c.get('pass', '?')} passed, {c.get('fail', '?')} failed, "
-                  f"{c.get('no_evidence', '?')} without evidence")
+                  f"{c.get('no_evidence', '?')} without evidence"
+                  + (f", {c['not_applicable']} not applicable" if c.get("not_applicable") else ""))
         for r in d.get("results", []):
             if r.get("status") not in ("pass", None):
                 _line(con, 4, f"{markup(r.get('code'))} {markup(r.get('id'))}: {markup(r.get('message'))}")

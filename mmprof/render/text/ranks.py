@@ -76,12 +76,12 @@ def render_ranks(result, console, steps: int = STEP_ROWS) -> None:
     if result.steps:
         rows = sorted(result.steps, key=lambda s: -s.spread_ns)[:steps]
         t = table(f"straggler per step (the {len(rows)} most imbalanced of {len(result.steps)})",
-                  [("phase", "l"), ("step", "r"), ("rank", "r"), ("others\nwait ms", "r"), ("of\nstep", "r"),
-                   ("its extra time in (ms)", "w")])
+                  [("phase", "l"), ("step", "r"), ("rank", "r"), ("others\nwait ms", "r"), ("wait\n% step", "r"),
+                   ("spread\nms", "r"), ("spread\n% step", "r"), ("its extra time in (ms)", "w")])
         for s in rows:
             where = ", ".join(f"{x.region} +{_ms(x.extra_ns)}" for x in s.regions) or "-"
-            t.add_row(escape(s.phase), str(s.step), str(s.rank), _ms(s.others_wait_ns), fmt_pct(s.share),
-                      escape(where))
+            t.add_row(escape(s.phase), str(s.step), str(s.rank), _ms(s.others_wait_ns),
+                      fmt_pct(s.wait_share) if s.step_ns else "-", _ms(s.spread_ns), fmt_pct(s.share), escape(where))
         console.print(t)
     if result.collectives:
         t = table("collectives: bandwidth (nccl-tests conventions)",

@@ -66,8 +66,14 @@ def render_shapes(res: ShapesResult, con) -> None:
         con.print(fit_table(con, _cols(labels), rows, title="per rank (whole model)"))
     c = res.comparison
     if c is not None:
-        con.print(f"[bold]{markup(c.source)}[/]: {c.calls} calls, {c.matched} match the analytic shapes, "
-                  f"{len(c.unmatched)} differ, {c.unjudged} unjudged, {c.unscoped} outside known scopes")
+        if not c.compared:
+            con.print(f"[bold]{markup(c.source)}[/]: {c.calls} calls, compared across ranks only (no model config "
+                      "and TP size to compare them with; pass --model and --tp)")
+        else:  # the four counts add up to the calls (compare_calls asserts it)
+            miss = f"; {c.missing} expected GEMMs not observed" if c.missing else ""
+            con.print(f"[bold]{markup(c.source)}[/]: {c.calls} calls: {c.matched} match the analytic shapes, "
+                      f"{c.differ} differ, {c.unjudged} unjudged, {c.unscoped} outside known regions{miss} (the analytic "
+                      "shapes are mmprof's per-rank layout: fused qkv, sharded MLP and experts)")
         for u in c.unmatched[:8]:
             con.print(f"  rank {u['rank']} {markup(u['scope'])} ({markup(u['phase'])} step {u['step']}): "
                       f"{markup(u['why'])}")

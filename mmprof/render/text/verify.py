@@ -9,11 +9,14 @@ from mmprof.render.safe import markup, visible
 from mmprof.render.text.layout import Col, fit_table
 from mmprof.units import fmt_ms
 
-_STYLE = {"pass": ("PASS", "green"), "fail": ("FAIL", "red"), "no_evidence": ("NO EVIDENCE", "yellow")}
+_STYLE = {"pass": ("PASS", "green"), "fail": ("FAIL", "red"), "no_evidence": ("NO EVIDENCE", "yellow"),
+          "not_applicable": ("N/A", "cyan")}
 
 
 def render_verify(result, con, verbose: bool = False, junit_path: str | None = None) -> None:
     """Print a VerifyResult: what ran per region, each assertion's verdict and evidence, the gate's verdict."""
+    for w in getattr(result, "warnings", []):  # input that does not fit: before anything is judged
+        con.print(f"[yellow]warning:[/] {markup(w)}")
     what = "kernels" if result.source == "kernels" else "CPU ops (no GPU kernels in this profile)"
     con.print(f"[bold]spec[/] {markup(result.spec_id)} ({markup(result.spec_source)}); {result.events:,} {what}, "
               f"{result.attributed:,} attributed to regions")
@@ -44,5 +47,6 @@ def render_verify(result, con, verbose: bool = False, junit_path: str | None = N
     con.print(fit_table(con, cols, rows, title="assertions"))
     c = result.counts()
     verdict = {0: "[green]PASS[/]", 1: "[red]FAIL[/]", 2: "[yellow]NO EVIDENCE[/] (never a pass)"}[result.exit_code]
-    con.print(f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['no_evidence']} without evidence"
+    na = f", {c['not_applicable']} not applicable" if c.get("not_applicable") else ""
+    con.print(f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['no_evidence']} without evidence{na}"
               + (f"; JUnit written to {markup(junit_path)}" if junit_path else ""))
