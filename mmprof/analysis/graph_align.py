@@ -1,0 +1,297 @@
+"""Regions for graph-replayed kernels that no capture, eager twin or reference profile explains.
+
+Serving engines capture their CUDA graphs at start-up, before the profile window (vLLM:
+`vllm/v1/worker/gpu_model_runner.py:capture_model`). The replays' kernels then have no op and no scope. But the
+same model ran eagerly in the window too: prefill steps and mixed steps too large for a captured size run
+`model.forward` without a graph (vLLM's `CudagraphDispatcher` returns `CUDAGraphMode.NONE` for them), with
+module events or scope labels, so their kernels have regions. The decode graph runs the same layers in the same
+order, with other token counts: the same kernels, except where a library picks another kernel for another shape
+(cuBLAS GEMM tiles, decode vs prefill attention).
+
+`align_replays(profile, reg, family)` aligns each replay's kernel sequence with this rank's eager kernels that
+have a region (in device start order), a semi-global sequence alignment (all of the replay, any stretch of the
+eager run; a gap costs 1):
+
+- a kernel with the **same name** as the eager kernel it is paired with scores 2 (3 with the same grid):
+  source `replay-name`;
+- a kernel of the **same family** (gemm, attention, ...) scores 1, and is kept only between two same-name pairs
+  (the layer structure around it is confirmed): source `replay-family`;
+- an unpaired kernel whose nearest paired kernels on its stream, before and after it, lie in one region R, with
+  nothing but R between them in the eager run, was launched inside that region: source `replay-between`.
+
+"Without guessing": when alignments of equal best score disagree on a kernel's region (a graph piece that could
+be any of several identical layers), the kernel stays unattributed and is counted as ambiguous; a replay with
+fewer than two same-name pairs is not aligned at all. The replays of vLLM's piecewise graphs (one per layer
+piece, with the attention run eagerly between them) are aligned together with the eager kernels between them:
+the replays and eager kernels inside one outermost annotation of the launching thread (vLLM's
+`execute_context_*` step range) form one sequence. Regions come from `mmprof.analysis.structure` for the eager
+kernels, so a better eager region flows into the replays. Shapes are never copied: the token counts differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mmprof.analysis.structure import Regions
+
+SOURCES = ("replay-name", "replay-family", "replay-between")
+_GAP = 2                     # an unpaired replay kernel
+_SKIP = 1                    # an eager kernel skipped inside the stretch (prefill / mixed steps run extra kernels)
+_NEG = -(1 << 20)
+_MAX_CELLS = 20_000_000      # alignment matrix size above which a sequence is not aligned (counted as skipped)
+_MAX_QUERY = 4000            # an annotation-wide sequence longer than this is aligned replay by replay
+_MAX_TIES = 16               # equal-score alignments compared per sequence
+_NO_FAMILY = ("other", "copy", "memcpy", "communication")
+
+
+@dataclass
+class AlignStats:
+    """What the alignment did (kernels and their device time, per source and left unattributed)."""
+
+    sequences: int = 0
+    aligned: int = 0
+    kernels: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SOURCES})
+    ns: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SOURCES})
+    unattributed: int = 0
+    unattributed_ns: int = 0
+    ambiguous: int = 0
+    skipped: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sequences": self.sequences, "aligned": self.aligned, "kernels": dict(self.kernels),
+                "ns": dict(self.ns), "unattributed": self.unattributed, "unattributed_ns": self.unattributed_ns,
+                "ambiguous": self.ambiguous, "skipped": self.skipped}
+
+
+class _Ref:
+    """One rank's eager kernels that have a region, in device start order, as alignment tokens."""
+
+    def __init__(self, rows: np.ndarray, name: np.ndarray, grid: np.ndarray, fam: np.ndarray, region: np.ndarray):
+        self.rows, self.name, self.grid, self.fam = rows, name[rows], grid[rows], fam[rows]
+        self.region = region[rows]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _score_row(ref: _Ref, qn: int, qg: int, qf: int) -> np.ndarray:
+    same = ref.name == qn
+    s = np.where(same, 4 + 2 * (ref.grid == qg), _NEG)
+    if qf >= 0:
+        s = np.where(~same & (ref.fam == qf), 2, s)
+    return s
+
+
+def _dp(ref: _Ref, qn, qg, qf) -> np.ndarray:
+    """Semi-global alignment scores: H[i, j] = best score of query[:i] ending at ref[:j] (ref start free)."""
+    n, m = len(qn), len(ref)
+    H = np.zeros((n + 1, m + 1), np.int32)
+    lin = np.arange(m + 1, dtype=np.int64) * _SKIP
+    t = np.empty(m + 1, np.int64)
+    for i in range(1, n + 1):
+        prev = H[i - 1].astype(np.int64)
+        s = _score_row(ref, int(qn[i - 1]), int(qg[i - 1]), int(qf[i - 1]))
+        t[0] = prev[0] - _GAP
+        np.maximum(prev[:-1] + s, prev[1:] - _GAP, out=t[1:])
+        H[i] = np.maximum.accumulate(t + lin) - lin
+    return H
+
+
+def _traceback(H: np.ndarray, ref: _Ref, qn, qg, qf, end: int) -> np.ndarray:
+    """Ref position paired with each query position (-1 unpaired) on the alignment ending at `end`."""
+    n = H.shape[0] - 1
+    out = np.full(n, -1, np.int64)
+    i, j = n, end
+    while i > 0:
+        h = int(H[i, j])
+        if j > 0:
+            q = i - 1
+            if ref.name[j - 1] == qn[q]:
+                s = 4 + 2 * int(ref.grid[j - 1] == qg[q])
+            elif qf[q] >= 0 and ref.fam[j - 1] == qf[q]:
+                s = 2
+            else:
+                s = _NEG
+            if s > 0 and h == int(H[i - 1, j - 1]) + s:
+                out[q] = j - 1
+                i, j = i - 1, j - 1
+                continue
+        if h == int(H[i - 1, j]) - _GAP:
+            i -= 1
+        else:
+            j -= 1
+    return out
+
+
+def _align(ref: _Ref, qn, qg, qf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ref position per query position or -1, exact-name flag, ambiguous flag): what every best alignment agrees
+    on; a position they disagree on is ambiguous and unpaired."""
+    n = len(qn)
+    H = _dp(ref, qn, qg, qf)
+    last = H[n]
+    best = int(last.max())
+    ends = np.flatnonzero(last == best)[:_MAX_TIES]
+    paths = [_traceback(H, ref, qn, qg, qf, int(e)) for e in ends.tolist()]
+    pos = paths[0].copy()
+    amb = np.zeros(n, dtype=bool)
+    for p in paths[1:]:
+        both = (pos >= 0) & (p >= 0)
+        differ = (pos >= 0) != (p >= 0)
+        differ[both] = ref.region[pos[both]] != ref.region[p[both]]
+        amb |= differ
+    pos[amb] = -1
+    exact = np.zeros(n, dtype=bool)
+    ok = pos >= 0
+    exact[ok] = ref.name[pos[ok]] == qn[ok]
+    if exact.sum() < 2:
+        return np.full(n, -1, np.int64), np.zeros(n, dtype=bool), amb
+    # a family pair counts only between two same-name pairs, or right next to one in both sequences (the
+    # sequence around it is confirmed)
+    ex_idx = np.flatnonzero(exact)
+    q = np.arange(n)
+    fam = ok & ~exact
+    inside = (q > ex_idx[0]) & (q < ex_idx[-1])
+    nxt = np.zeros(n, dtype=bool)
+    prv = np.zeros(n, dtype=bool)
+    nxt[:-1] = exact[1:] & (pos[1:] == pos[:-1] + 1)
+    prv[1:] = exact[:-1] & (pos[:-1] == pos[1:] - 1)
+    pos[fam & ~(inside | nxt | prv)] = -1
+    return pos, exact, amb
+
+
+def _between(pos: np.ndarray, stream: np.ndarray, ref: _Ref) -> np.ndarray:
+    """Ref region index (a ref position) for unpaired query kernels enclosed, on their stream, by paired kernels
+    of one region with only that region between them in the eager run; -1 elsewhere."""
+    n = len(pos)
+    out = np.full(n, -1, np.int64)
+    for s in np.unique(stream).tolist():
+        idx = np.flatnonzero(stream == s)
+        paired = idx[pos[idx] >= 0]
+        if len(paired) < 2:
+            continue
+        for a, b in zip(paired[:-1].tolist(), paired[1:].tolist()):
+            gap = idx[(idx > a) & (idx < b)]
+            if not len(gap):
+                continue
+            ra, rb = pos[a], pos[b]
+            reg = ref.region[ra]
+            if reg is None or ref.region[rb] != reg or rb < ra:
+                continue
+            if all(r == reg for r in ref.region[ra:rb + 1].tolist()):
+                out[gap[pos[gap] < 0]] = ra
+    return out
+
+
+def _groups(profile: Any, graphs: np.ndarray) -> list[list[int]]:
+    """Graph launches aligned together: those inside one outermost annotation of their thread, else alone."""
+    L, S = profile.tables["launches"], profile.tables["scopes"]
+    outer = np.flatnonzero((S["depth"] == 0) & (S["tid"] >= 0) & (S["dur_ns"] > 0)) if profile.n("scopes") else \
+        np.zeros(0, np.int64)
+    key: dict[tuple, list[int]] = {}
+    for g in graphs.tolist():
+        t = L["start_ns"][g]
+        hit = outer[(S["rank"][outer] == L["rank"][g]) & (S["tid"][outer] == L["tid"][g]) & (S["start_ns"][outer] <= t)
+                    & (S["start_ns"][outer] + S["dur_ns"][outer] > t)]
+        key.setdefault(("scope", int(hit[0])) if len(hit) else ("alone", g), []).append(g)
+    return list(key.values())
+
+
+def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
+    """Fill `reg` (the regions of every kernel row, as `structure.regions` gives them) for replayed kernels that
+    have none, from the eager kernels of the same rank; `family` is each kernel's family. Returns the counts."""
+    st = AlignStats()
+    K = profile.tables["kernels"]
+    n = profile.n("kernels")
+    if not n:
+        return st
+    graph = K["graph"]
+    has = reg.region != None  # noqa: E711
+    need = (graph >= 0) & ~has
+    if not need.any():
+        return st
+    grid = np.unique(np.stack([K["grid_x"], K["grid_y"], K["grid_z"]], axis=1), axis=0, return_inverse=True)[1]
+    grid = grid.reshape(-1).astype(np.int64)
+    fam_u, fam_inv = np.unique(np.asarray(family, dtype=object).astype(str), return_inverse=True)
+    fam = np.where(np.isin(fam_u, _NO_FAMILY)[fam_inv], -1, fam_inv).astype(np.int64)
+    name = K["name"].astype(np.int64)
+    start = K["start_ns"]
+    cache: dict[tuple, tuple] = {}
+    for rank in np.unique(K["rank"][need]).tolist():
+        on_rank = np.flatnonzero(K["rank"] == rank)
+        by_start = on_rank[np.lexsort((on_rank, start[on_rank]))]
+        eager = by_start[(graph[by_start] < 0) & has[by_start]]
+        # the main stream and the side streams (vLLM's shared-expert stream) are aligned apart: across streams
+        # the device order of a replay is not its capture order
+        main_e = _mode(K["stream"][eager])
+        refs = (_Ref(eager[K["stream"][eager] == main_e], name, grid, fam, reg.region),
+                _Ref(eager[K["stream"][eager] != main_e], name, grid, fam, reg.region))
+        launches = np.unique(graph[on_rank][need[on_rank]])
+        main_q = _mode(K["stream"][on_rank][need[on_rank]])
+        for group in _groups(profile, launches):
+            rows = _window(by_start, graph, group)
+            parts = [rows] if len(group) == 1 or len(rows) <= _MAX_QUERY else \
+                [_window(by_start, graph, [g]) for g in group]
+            for q in parts:
+                st.sequences += 1
+                on_main = K["stream"][q] == main_q
+                _attribute(q[on_main], refs[0], name, grid, fam, K["stream"], reg, st, cache)
+                _attribute(q[~on_main], refs[1], name, grid, fam, K["stream"], reg, st, cache)
+    # the counts
+    rows = np.flatnonzero(need)
+    dur = K["dur_ns"]
+    src = reg.source[rows]
+    for s in SOURCES:
+        m = rows[src == s]
+        st.kernels[s] = len(m)
+        st.ns[s] = int(dur[m].sum())
+    left = rows[reg.region[rows] == None]  # noqa: E711
+    st.unattributed, st.unattributed_ns = len(left), int(dur[left].sum())
+    return st
+
+
+def _mode(a: np.ndarray) -> int:
+    if not len(a):
+        return -1
+    u, c = np.unique(a, return_counts=True)
+    return int(u[np.argmax(c)])
+
+
+def _window(by_start: np.ndarray, graph: np.ndarray, part: list[int]) -> np.ndarray:
+    """The rank's kernels (start order) from the first to the last kernel of these replays, eager ones included."""
+    mine = np.isin(graph[by_start], part)
+    idx = np.flatnonzero(mine)
+    if not len(idx):
+        return by_start[:0]
+    return by_start[idx[0]:idx[-1] + 1]
+
+
+def _attribute(rows, ref: _Ref, name, grid, fam, stream, reg: Regions, st: AlignStats, cache: dict) -> None:
+    if not len(rows) or not len(ref):
+        return
+    if len(rows) * len(ref) > _MAX_CELLS:
+        st.skipped += 1
+        return
+    qn, qg, qf = name[rows], grid[rows], fam[rows]
+    key = (id(ref), qn.tobytes(), qg.tobytes())
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = _align(ref, qn, qg, qf)
+    pos, exact, amb = hit
+    st.ambiguous += int((amb & (reg.region[rows] == None)).sum())  # noqa: E711
+    if (pos >= 0).any():
+        st.aligned += 1
+    around = _between(pos, stream[rows], ref)
+    for q in range(len(rows)):
+        r = rows[q]
+        if reg.region[r] is not None:
+            continue
+        p, how = int(pos[q]), "replay-name" if exact[q] else "replay-family"
+        if p < 0:
+            p, how = int(around[q]), "replay-between"
+        if p < 0:
+            continue
+        e = ref.rows[p]
+        reg.layer[r], reg.role[r], reg.region[r], reg.source[r] = reg.layer[e], reg.role[e], reg.region[e], how
