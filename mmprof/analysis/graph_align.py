@@ -41,7 +41,8 @@ SOURCES = ("replay-name", "replay-family", "replay-between")
 _GAP = 2                     # an unpaired replay kernel
 _SKIP = 1                    # an eager kernel skipped inside the stretch (prefill / mixed steps run extra kernels)
 _NEG = -(1 << 20)
-_MAX_CELLS = 20_000_000      # alignment matrix size above which a sequence is not aligned (counted as skipped)
+_MAX_CELLS = 10_000_000      # alignment matrix cells at most (int32): the eager pattern is cut to fit
+_MAX_REF = 50_000            # eager kernels kept as the pattern (the first ones of the rank)
 _MAX_QUERY = 4000            # an annotation-wide sequence longer than this is aligned replay by replay
 _MAX_TIES = 16               # equal-score alignments compared per sequence
 _NO_FAMILY = ("other", "copy", "memcpy", "communication")
@@ -59,19 +60,28 @@ class AlignStats:
     unattributed_ns: int = 0
     ambiguous: int = 0
     skipped: int = 0
+    trimmed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"sequences": self.sequences, "aligned": self.aligned, "kernels": dict(self.kernels),
                 "ns": dict(self.ns), "unattributed": self.unattributed, "unattributed_ns": self.unattributed_ns,
-                "ambiguous": self.ambiguous, "skipped": self.skipped}
+                "ambiguous": self.ambiguous, "skipped": self.skipped, "trimmed": self.trimmed}
 
 
 class _Ref:
     """One rank's eager kernels that have a region, in device start order, as alignment tokens."""
 
-    def __init__(self, rows: np.ndarray, name: np.ndarray, grid: np.ndarray, fam: np.ndarray, region: np.ndarray):
+    def __init__(self, rows: np.ndarray, name: np.ndarray, grid: np.ndarray, fam: np.ndarray, region: np.ndarray,
+                 key: Any = None):
         self.rows, self.name, self.grid, self.fam = rows, name[rows], grid[rows], fam[rows]
         self.region = region[rows]
+        self.key = key
+
+    def head(self, m: int) -> "_Ref":
+        out = _Ref.__new__(_Ref)
+        out.rows, out.name, out.grid, out.fam, out.region, out.key = (self.rows[:m], self.name[:m], self.grid[:m],
+                                                                      self.fam[:m], self.region[:m], self.key)
+        return out
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -133,7 +143,9 @@ def _align(ref: _Ref, qn, qg, qf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     H = _dp(ref, qn, qg, qf)
     last = H[n]
     best = int(last.max())
-    ends = np.flatnonzero(last == best)[:_MAX_TIES]
+    ends = np.flatnonzero(last == best)
+    if len(ends) > _MAX_TIES:  # many equal eager runs: compare a spread of them, first and last included
+        ends = ends[np.linspace(0, len(ends) - 1, _MAX_TIES).astype(np.int64)]
     paths = [_traceback(H, ref, qn, qg, qf, int(e)) for e in ends.tolist()]
     pos = paths[0].copy()
     amb = np.zeros(n, dtype=bool)
@@ -186,16 +198,25 @@ def _between(pos: np.ndarray, stream: np.ndarray, ref: _Ref) -> np.ndarray:
 
 
 def _groups(profile: Any, graphs: np.ndarray) -> list[list[int]]:
-    """Graph launches aligned together: those inside one outermost annotation of their thread, else alone."""
+    """Graph launches aligned together: those inside one outermost annotation of their thread (vLLM's engine-step
+    range), else each alone. Outermost ranges of one thread do not overlap, so a sorted search finds them."""
     L, S = profile.tables["launches"], profile.tables["scopes"]
+    key: dict[tuple, list[int]] = {}
     outer = np.flatnonzero((S["depth"] == 0) & (S["tid"] >= 0) & (S["dur_ns"] > 0)) if profile.n("scopes") else \
         np.zeros(0, np.int64)
-    key: dict[tuple, list[int]] = {}
+    by_thread: dict[tuple, np.ndarray] = {}
+    for i in outer[np.lexsort((S["start_ns"][outer], S["tid"][outer], S["rank"][outer]))].tolist():
+        by_thread.setdefault((int(S["rank"][i]), int(S["tid"][i])), []).append(i)
+    by_thread = {k: np.array(v, np.int64) for k, v in by_thread.items()}
     for g in graphs.tolist():
+        rows = by_thread.get((int(L["rank"][g]), int(L["tid"][g])))
         t = L["start_ns"][g]
-        hit = outer[(S["rank"][outer] == L["rank"][g]) & (S["tid"][outer] == L["tid"][g]) & (S["start_ns"][outer] <= t)
-                    & (S["start_ns"][outer] + S["dur_ns"][outer] > t)]
-        key.setdefault(("scope", int(hit[0])) if len(hit) else ("alone", g), []).append(g)
+        hit = -1
+        if rows is not None:
+            j = int(np.searchsorted(S["start_ns"][rows], t, side="right")) - 1
+            if j >= 0 and S["start_ns"][rows[j]] + S["dur_ns"][rows[j]] > t:
+                hit = int(rows[j])
+        key.setdefault(("scope", hit) if hit >= 0 else ("alone", g), []).append(g)
     return list(key.values())
 
 
@@ -222,19 +243,27 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
     for rank in np.unique(K["rank"][need]).tolist():
         on_rank = np.flatnonzero(K["rank"] == rank)
         by_start = on_rank[np.lexsort((on_rank, start[on_rank]))]
-        eager = by_start[(graph[by_start] < 0) & has[by_start]]
+        eager = by_start[(graph[by_start] < 0) & has[by_start]][:_MAX_REF]
         # the main stream and the side streams (vLLM's shared-expert stream) are aligned apart: across streams
         # the device order of a replay is not its capture order
         main_e = _mode(K["stream"][eager])
-        refs = (_Ref(eager[K["stream"][eager] == main_e], name, grid, fam, reg.region),
-                _Ref(eager[K["stream"][eager] != main_e], name, grid, fam, reg.region))
+        refs = (_Ref(eager[K["stream"][eager] == main_e], name, grid, fam, reg.region, (rank, "main")),
+                _Ref(eager[K["stream"][eager] != main_e], name, grid, fam, reg.region, (rank, "side")))
         launches = np.unique(graph[on_rank][need[on_rank]])
         main_q = _mode(K["stream"][on_rank][need[on_rank]])
+        # each replay's first and last position in the rank's start order
+        gpos = graph[by_start]
+        rep = np.flatnonzero(gpos >= 0)
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for i, g in zip(rep.tolist(), gpos[rep].tolist()):
+            first.setdefault(g, i)
+            last[g] = i
         for group in _groups(profile, launches):
-            rows = _window(by_start, graph, group)
-            parts = [rows] if len(group) == 1 or len(rows) <= _MAX_QUERY else \
-                [_window(by_start, graph, [g]) for g in group]
-            for q in parts:
+            lo, hi = min(first[g] for g in group), max(last[g] for g in group)
+            parts = [(lo, hi)] if len(group) == 1 or hi - lo < _MAX_QUERY else [(first[g], last[g]) for g in group]
+            for a, b in parts:
+                q = by_start[a:b + 1]
                 st.sequences += 1
                 on_main = K["stream"][q] == main_q
                 _attribute(q[on_main], refs[0], name, grid, fam, K["stream"], reg, st, cache)
@@ -259,39 +288,30 @@ def _mode(a: np.ndarray) -> int:
     return int(u[np.argmax(c)])
 
 
-def _window(by_start: np.ndarray, graph: np.ndarray, part: list[int]) -> np.ndarray:
-    """The rank's kernels (start order) from the first to the last kernel of these replays, eager ones included."""
-    mine = np.isin(graph[by_start], part)
-    idx = np.flatnonzero(mine)
-    if not len(idx):
-        return by_start[:0]
-    return by_start[idx[0]:idx[-1] + 1]
-
-
 def _attribute(rows, ref: _Ref, name, grid, fam, stream, reg: Regions, st: AlignStats, cache: dict) -> None:
     if not len(rows) or not len(ref):
         return
-    if len(rows) * len(ref) > _MAX_CELLS:
+    if len(rows) > _MAX_CELLS // 64:
         st.skipped += 1
         return
-    qn, qg, qf = name[rows], grid[rows], fam[rows]
-    key = (id(ref), qn.tobytes(), qg.tobytes())
+    if len(rows) * len(ref) > _MAX_CELLS:  # a long eager run: its first part is the pattern (bounded memory)
+        ref = ref.head(_MAX_CELLS // len(rows))
+        st.trimmed += 1
+    qn, qg, qf, qs = name[rows], grid[rows], fam[rows], stream[rows]
+    key = (ref.key, len(ref), qn.tobytes(), qg.tobytes(), qs.tobytes())
     hit = cache.get(key)
-    if hit is None:
-        hit = cache[key] = _align(ref, qn, qg, qf)
-    pos, exact, amb = hit
-    st.ambiguous += int((amb & (reg.region[rows] == None)).sum())  # noqa: E711
-    if (pos >= 0).any():
-        st.aligned += 1
-    around = _between(pos, stream[rows], ref)
-    for q in range(len(rows)):
-        r = rows[q]
-        if reg.region[r] is not None:
-            continue
-        p, how = int(pos[q]), "replay-name" if exact[q] else "replay-family"
-        if p < 0:
-            p, how = int(around[q]), "replay-between"
-        if p < 0:
-            continue
-        e = ref.rows[p]
-        reg.layer[r], reg.role[r], reg.region[r], reg.source[r] = reg.layer[e], reg.role[e], reg.region[e], how
+    if hit is None:  # replays of one graph share their sequence: aligned once
+        pos, exact, amb = _align(ref, qn, qg, qf)
+        around = _between(pos, qs, ref)
+        how = np.where(pos >= 0, np.where(exact, "replay-name", "replay-family"), "replay-between").astype(object)
+        hit = cache[key] = (np.where(pos >= 0, pos, around), how, amb, bool((pos >= 0).any()))
+    p, how, amb, any_pair = hit
+    free = reg.region[rows] == None  # noqa: E711
+    st.ambiguous += int((amb & free).sum())
+    st.aligned += any_pair
+    take = free & (p >= 0)
+    if not take.any():
+        return
+    r, e = rows[take], ref.rows[p[take]]
+    reg.layer[r], reg.role[r], reg.region[r] = reg.layer[e], reg.role[e], reg.region[e]
+    reg.source[r] = how[take]
