@@ -11,6 +11,7 @@ applies. Run `python tests/graph_variants.py` to print what each variant holds a
   piece, and the attention kernels become eager kernels with no op and no module events (at replay vLLM calls the
   recorded Python function directly: no module runs). `annotated=False` also hides the engine-step annotation
   (a trace without vLLM's `execute_context_*` ranges): each piece is then aligned alone.
+- `one_range_for_all`: one outermost range around all steps (the FULL replays of many steps in one range).
 - `side_stream_off`: the shared expert on the main stream in the replays (`VLLM_DISABLE_SHARED_EXPERTS_STREAM=1`
   in the graph run only), while the eager prefill in the same trace ran it on the side stream.
 - `renamed`: some replayed kernels get names no eager kernel has (a replay that only partly matches, or,
@@ -145,6 +146,23 @@ def piecewise(annotated: bool = True):
     return _profile(p.tables, p.meta, p.strings)
 
 
+def one_range_for_all():
+    """One outermost annotation around every step (as `mmprof.decode` in mmprof's runtime), the step ranges inside
+    it: the FULL replays of many steps fall in one range."""
+    p = real()
+    S = p.tables["scopes"]
+    step = np.array([(p.string(int(c)) or "").startswith("execute_context") for c in S["name"]])
+    S["depth"][step] = 1
+    rows = np.flatnonzero(step)
+    t0, t1 = int(S["start_ns"][rows].min()), int((S["start_ns"][rows] + S["dur_ns"][rows]).max())
+    p.strings.append("mmprof.decode")
+    new = {c: np.concatenate([a, a[rows[:1]]]) for c, a in S.items()}
+    new["start_ns"][-1], new["dur_ns"][-1], new["depth"][-1], new["parent"][-1] = t0, t1 - t0, 0, -1
+    new["name"][-1] = len(p.strings) - 1
+    p.tables["scopes"] = new
+    return _profile(p.tables, p.meta, p.strings)
+
+
 def side_stream_off():
     p = real()
     K = p.tables["kernels"]
@@ -188,7 +206,7 @@ def no_eager_regions():
 
 
 VARIANTS = {"real": real, "piecewise": piecewise, "piecewise_unannotated": lambda: piecewise(False),
-            "side_stream_off": side_stream_off, "renamed_every_3rd": lambda: renamed(3),
+            "one_range_for_all": one_range_for_all, "side_stream_off": side_stream_off, "renamed_every_3rd": lambda: renamed(3),
             "one_replay_seen_nowhere": lambda: renamed(1, 1), "other_grids": other_grids,
             "no_eager_regions": no_eager_regions}
 

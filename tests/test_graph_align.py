@@ -136,6 +136,15 @@ def test_piecewise_replays_are_aligned_with_the_eager_attention_between_them():
     assert brk and sum(ev.region[i] is not None for i in brk) / len(brk) >= 0.9
 
 
+def test_full_replays_inside_one_long_range_are_aligned_one_by_one():
+    # an outermost range around many steps (mmprof's runtime writes `mmprof.decode`): each FULL replay is a whole
+    # forward and is aligned alone first; the range only serves what stays open
+    p = V.one_range_for_all()
+    ev, k = _frame(p)
+    s = graph_summary(p, ev)
+    assert s.region_share >= 0.99 and s.no_region == 62 and _wrong_layers(p, ev, k) == []
+
+
 def test_pieces_that_fit_several_layers_stay_unattributed_and_are_counted():
     # without the step annotation each piece is aligned alone: a piece of layer 2's MoE + layer 3's qkv fits
     # layers 2, 3 and 4 equally well. Never a guess: they get no region and are counted as ambiguous.

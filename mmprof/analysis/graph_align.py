@@ -21,10 +21,10 @@ eager run; a gap costs 1):
 
 "Without guessing": when alignments of equal best score disagree on a kernel's region (a graph piece that could
 be any of several identical layers), the kernel stays unattributed and is counted as ambiguous; a replay with
-fewer than two same-name pairs is not aligned at all. The replays of vLLM's piecewise graphs (one per layer
-piece, with the attention run eagerly between them) are aligned together with the eager kernels between them:
-the replays and eager kernels inside one outermost annotation of the launching thread (vLLM's
-`execute_context_*` step range) form one sequence. Regions come from `mmprof.analysis.structure` for the eager
+fewer than two same-name pairs is not aligned at all. Each replay is aligned alone first (a FULL graph is a
+whole forward); what stays open is aligned again with the other replays and eager kernels inside the same
+outermost annotation of the launching thread (vLLM's `execute_context_*` step range): vLLM's piecewise pieces,
+with the attention run eagerly between them, are told apart by their position in the step. Regions come from `mmprof.analysis.structure` for the eager
 kernels, so a better eager region flows into the replays. Shapes are never copied: the token counts differ.
 """
 
@@ -53,7 +53,7 @@ class AlignStats:
     """What the alignment did (kernels and their device time, per source and left unattributed)."""
 
     sequences: int = 0
-    aligned: int = 0
+    aligned: int = 0             # replays with a kernel placed by the alignment
     kernels: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SOURCES})
     ns: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SOURCES})
     unattributed: int = 0
@@ -240,6 +240,7 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
     name = K["name"].astype(np.int64)
     start = K["start_ns"]
     cache: dict[tuple, tuple] = {}
+    amb = np.zeros(n, dtype=bool)  # kernels some alignment could not place unambiguously
     for rank in np.unique(K["rank"][need]).tolist():
         on_rank = np.flatnonzero(K["rank"] == rank)
         by_start = on_rank[np.lexsort((on_rank, start[on_rank]))]
@@ -259,15 +260,22 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
         for i, g in zip(rep.tolist(), gpos[rep].tolist()):
             first.setdefault(g, i)
             last[g] = i
-        for group in _groups(profile, launches):
-            lo, hi = min(first[g] for g in group), max(last[g] for g in group)
-            parts = [(lo, hi)] if len(group) == 1 or hi - lo < _MAX_QUERY else [(first[g], last[g]) for g in group]
-            for a, b in parts:
-                q = by_start[a:b + 1]
-                st.sequences += 1
-                on_main = K["stream"][q] == main_q
-                _attribute(q[on_main], refs[0], name, grid, fam, K["stream"], reg, st, cache)
-                _attribute(q[~on_main], refs[1], name, grid, fam, K["stream"], reg, st, cache)
+        groups = _groups(profile, launches)
+        # each replay alone first (a FULL graph is a whole forward), then, for what is still open, the replays of
+        # one step range together with the eager kernels between them (piecewise pieces told apart by position)
+        windows = [(first[g], last[g]) for grp in groups for g in grp]
+        windows += [(min(first[g] for g in grp), max(last[g] for g in grp)) for grp in groups if len(grp) > 1]
+        for a, b in windows:
+            if b - a >= _MAX_QUERY:
+                st.skipped += 1
+                continue
+            q = by_start[a:b + 1]
+            if not (reg.region[q] == None).any():  # noqa: E711
+                continue
+            st.sequences += 1
+            on_main = K["stream"][q] == main_q
+            _attribute(q[on_main], refs[0], name, grid, fam, K["stream"], reg, amb, st, cache)
+            _attribute(q[~on_main], refs[1], name, grid, fam, K["stream"], reg, amb, st, cache)
     # the counts
     rows = np.flatnonzero(need)
     dur = K["dur_ns"]
@@ -278,6 +286,8 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
         st.ns[s] = int(dur[m].sum())
     left = rows[reg.region[rows] == None]  # noqa: E711
     st.unattributed, st.unattributed_ns = len(left), int(dur[left].sum())
+    st.ambiguous = int(amb[left].sum())
+    st.aligned = len(np.unique(graph[need & np.isin(reg.source.astype(str), SOURCES)]))
     return st
 
 
@@ -288,7 +298,8 @@ def _mode(a: np.ndarray) -> int:
     return int(u[np.argmax(c)])
 
 
-def _attribute(rows, ref: _Ref, name, grid, fam, stream, reg: Regions, st: AlignStats, cache: dict) -> None:
+def _attribute(rows, ref: _Ref, name, grid, fam, stream, reg: Regions, amb_rows: np.ndarray, st: AlignStats,
+               cache: dict) -> None:
     if not len(rows) or not len(ref):
         return
     if len(rows) > _MAX_CELLS // 64:
@@ -305,10 +316,9 @@ def _attribute(rows, ref: _Ref, name, grid, fam, stream, reg: Regions, st: Align
         around = _between(pos, qs, ref)
         how = np.where(pos >= 0, np.where(exact, "replay-name", "replay-family"), "replay-between").astype(object)
         hit = cache[key] = (np.where(pos >= 0, pos, around), how, amb, bool((pos >= 0).any()))
-    p, how, amb, any_pair = hit
+    p, how, amb, _ = hit
     free = reg.region[rows] == None  # noqa: E711
-    st.ambiguous += int((amb & free).sum())
-    st.aligned += any_pair
+    amb_rows[rows[amb & free]] = True
     take = free & (p >= 0)
     if not take.any():
         return
