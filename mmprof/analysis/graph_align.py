@@ -41,9 +41,9 @@ SOURCES = ("replay-name", "replay-family", "replay-between")
 _GAP = 2                     # an unpaired replay kernel
 _SKIP = 1                    # an eager kernel skipped inside the stretch (prefill / mixed steps run extra kernels)
 _NEG = -(1 << 20)
-_MAX_CELLS = 10_000_000      # alignment matrix cells at most (int32): the eager pattern is cut to fit
+_MAX_CELLS = 40_000_000      # alignment matrix cells at most (one byte each): the eager pattern is cut to fit
 _MAX_REF = 50_000            # eager kernels kept as the pattern (the first ones of the rank)
-_MAX_QUERY = 4000            # an annotation-wide sequence longer than this is aligned replay by replay
+_MAX_QUERY = 4000            # a step range longer than this is not aligned as one (its replays are, alone)
 _MAX_TIES = 16               # equal-score alignments compared per sequence
 _NO_FAMILY = ("other", "copy", "memcpy", "communication")
 
@@ -95,41 +95,43 @@ def _score_row(ref: _Ref, qn: int, qg: int, qf: int) -> np.ndarray:
     return s
 
 
-def _dp(ref: _Ref, qn, qg, qf) -> np.ndarray:
-    """Semi-global alignment scores: H[i, j] = best score of query[:i] ending at ref[:j] (ref start free)."""
+def _dp(ref: _Ref, qn, qg, qf) -> tuple[np.ndarray, np.ndarray]:
+    """Semi-global alignment (ref start and end free): the last row of scores, and per cell the move that reached
+    it (0 pair, 1 query kernel unpaired, 2 ref kernel skipped; one byte a cell)."""
     n, m = len(qn), len(ref)
-    H = np.zeros((n + 1, m + 1), np.int32)
+    move = np.empty((n + 1, m + 1), np.uint8)
+    move[0] = 2
     lin = np.arange(m + 1, dtype=np.int64) * _SKIP
+    prev = np.zeros(m + 1, np.int64)
     t = np.empty(m + 1, np.int64)
     for i in range(1, n + 1):
-        prev = H[i - 1].astype(np.int64)
         s = _score_row(ref, int(qn[i - 1]), int(qg[i - 1]), int(qf[i - 1]))
-        t[0] = prev[0] - _GAP
-        np.maximum(prev[:-1] + s, prev[1:] - _GAP, out=t[1:])
-        H[i] = np.maximum.accumulate(t + lin) - lin
-    return H
+        diag = prev[:-1] + s
+        up = prev - _GAP
+        t[0] = up[0]
+        np.maximum(diag, up[1:], out=t[1:])
+        h = np.maximum.accumulate(t + lin) - lin
+        mv = np.full(m + 1, 2, np.uint8)
+        mv[up == h] = 1
+        pair = np.zeros(m + 1, dtype=bool)
+        pair[1:] = (s > 0) & (diag == h[1:])
+        mv[pair] = 0
+        move[i] = mv
+        prev = h
+    return prev, move
 
 
-def _traceback(H: np.ndarray, ref: _Ref, qn, qg, qf, end: int) -> np.ndarray:
+def _traceback(move: np.ndarray, end: int) -> np.ndarray:
     """Ref position paired with each query position (-1 unpaired) on the alignment ending at `end`."""
-    n = H.shape[0] - 1
+    n = move.shape[0] - 1
     out = np.full(n, -1, np.int64)
     i, j = n, end
     while i > 0:
-        h = int(H[i, j])
-        if j > 0:
-            q = i - 1
-            if ref.name[j - 1] == qn[q]:
-                s = 4 + 2 * int(ref.grid[j - 1] == qg[q])
-            elif qf[q] >= 0 and ref.fam[j - 1] == qf[q]:
-                s = 2
-            else:
-                s = _NEG
-            if s > 0 and h == int(H[i - 1, j - 1]) + s:
-                out[q] = j - 1
-                i, j = i - 1, j - 1
-                continue
-        if h == int(H[i - 1, j]) - _GAP:
+        mv = move[i, j]
+        if mv == 0:
+            out[i - 1] = j - 1
+            i, j = i - 1, j - 1
+        elif mv == 1:
             i -= 1
         else:
             j -= 1
@@ -140,13 +142,12 @@ def _align(ref: _Ref, qn, qg, qf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ref position per query position or -1, exact-name flag, ambiguous flag): what every best alignment agrees
     on; a position they disagree on is ambiguous and unpaired."""
     n = len(qn)
-    H = _dp(ref, qn, qg, qf)
-    last = H[n]
+    last, move = _dp(ref, qn, qg, qf)
     best = int(last.max())
     ends = np.flatnonzero(last == best)
     if len(ends) > _MAX_TIES:  # many equal eager runs: compare a spread of them, first and last included
         ends = ends[np.linspace(0, len(ends) - 1, _MAX_TIES).astype(np.int64)]
-    paths = [_traceback(H, ref, qn, qg, qf, int(e)) for e in ends.tolist()]
+    paths = [_traceback(move, int(e)) for e in ends.tolist()]
     pos = paths[0].copy()
     amb = np.zeros(n, dtype=bool)
     for p in paths[1:]:
@@ -263,10 +264,10 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
         groups = _groups(profile, launches)
         # each replay alone first (a FULL graph is a whole forward), then, for what is still open, the replays of
         # one step range together with the eager kernels between them (piecewise pieces told apart by position)
-        windows = [(first[g], last[g]) for grp in groups for g in grp]
-        windows += [(min(first[g] for g in grp), max(last[g] for g in grp)) for grp in groups if len(grp) > 1]
-        for a, b in windows:
-            if b - a >= _MAX_QUERY:
+        windows = [(first[g], last[g], False) for grp in groups for g in grp]
+        windows += [(min(first[g] for g in grp), max(last[g] for g in grp), True) for grp in groups if len(grp) > 1]
+        for a, b, together in windows:
+            if together and b - a >= _MAX_QUERY:
                 st.skipped += 1
                 continue
             q = by_start[a:b + 1]
