@@ -231,7 +231,9 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
         return st
     graph = K["graph"]
     has = reg.region != None  # noqa: E711
-    need = (graph >= 0) & ~has
+    # replayed kernels no capture, eager twin or reference explained (an op they have names their region, or
+    # says there is none: the alignment never overrides it)
+    need = (graph >= 0) & ~has & (K["op"] < 0)
     if not need.any():
         return st
     grid = np.unique(np.stack([K["grid_x"], K["grid_y"], K["grid_z"]], axis=1), axis=0, return_inverse=True)[1]
@@ -271,12 +273,16 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
                 st.skipped += 1
                 continue
             q = by_start[a:b + 1]
-            if not (reg.region[q] == None).any():  # noqa: E711
+            # alone: the replay's own kernels; together: also the eager kernels between the pieces that have no
+            # region (vLLM's eager breaks run no module at replay)
+            ok = (need[q] | ((graph[q] < 0) & (reg.region[q] == None))) if together else need[q]  # noqa: E711
+            ok &= reg.region[q] == None  # noqa: E711
+            if not ok.any():
                 continue
             st.sequences += 1
             on_main = K["stream"][q] == main_q
-            _attribute(q[on_main], refs[0], name, grid, fam, K["stream"], reg, amb, st, cache)
-            _attribute(q[~on_main], refs[1], name, grid, fam, K["stream"], reg, amb, st, cache)
+            _attribute(q[on_main], ok[on_main], refs[0], name, grid, fam, K["stream"], reg, amb, st, cache)
+            _attribute(q[~on_main], ok[~on_main], refs[1], name, grid, fam, K["stream"], reg, amb, st, cache)
     # the counts
     rows = np.flatnonzero(need)
     dur = K["dur_ns"]
@@ -299,7 +305,7 @@ def _mode(a: np.ndarray) -> int:
     return int(u[np.argmax(c)])
 
 
-def _attribute(rows, ref: _Ref, name, grid, fam, stream, reg: Regions, amb_rows: np.ndarray, st: AlignStats,
+def _attribute(rows, eligible, ref: _Ref, name, grid, fam, stream, reg: Regions, amb_rows: np.ndarray, st: AlignStats,
                cache: dict) -> None:
     if not len(rows) or not len(ref):
         return
@@ -318,7 +324,7 @@ def _attribute(rows, ref: _Ref, name, grid, fam, stream, reg: Regions, amb_rows:
         how = np.where(pos >= 0, np.where(exact, "replay-name", "replay-family"), "replay-between").astype(object)
         hit = cache[key] = (np.where(pos >= 0, pos, around), how, amb, bool((pos >= 0).any()))
     p, how, amb, _ = hit
-    free = reg.region[rows] == None  # noqa: E711
+    free = eligible & (reg.region[rows] == None)  # noqa: E711
     amb_rows[rows[amb & free]] = True
     take = free & (p >= 0)
     if not take.any():

@@ -70,7 +70,7 @@ class GraphSummary:
         if not self.kernel_ns:
             return ""
         by = ", ".join(f"{s} {v / self.kernel_ns:.0%}" for s, v in sorted(self.region_ns.items(), key=lambda x: -x[1])
-                       if v) or "none"
+                       if v >= 0.005 * self.kernel_ns) or "none"
         out = f"; regions for {self.region_share:.0%} of their time ({by})"
         if self.no_region:
             out += (f", {self.no_region} kernels ({self.no_region_ns / self.kernel_ns:.0%}) in none"
