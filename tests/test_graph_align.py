@@ -214,3 +214,26 @@ def test_record_sample_replays_all_get_regions():
     ev, k = _frame(p)
     s = graph_summary(p, ev)
     assert s.region_share >= 0.99 and s.no_region == 0
+
+
+def test_alignment_never_picks_one_of_several_identical_layers():
+    # a pattern of 4 identical layers (the same kernels, each layer its own region) and a query of one layer's
+    # kernels: every layer fits equally well, so no kernel is placed (all ambiguous); a query that starts with the
+    # kernel only layer 0 has (the embedding) is placed, in layer 0 and layer 1 only
+    from mmprof.analysis.graph_align import _align, _Ref
+
+    layer = [10, 11, 12, 13]  # norm, gemm, attention, gemm: token ids
+    names = np.array([99] + layer * 4, np.int64)
+    region = np.array(["embed"] + [f"layers.{i // 4}.x" for i in range(16)], dtype=object)
+    ref = _Ref(np.arange(17), names, np.zeros(17, np.int64), np.full(17, -1, np.int64), region)
+    q = np.array(layer, np.int64)
+    pos, exact, amb = _align(ref, q, np.zeros(4, np.int64), np.full(4, -1, np.int64))
+    assert (pos < 0).all() and amb.all()
+    q = np.array([99] + layer * 2, np.int64)
+    pos, exact, amb = _align(ref, q, np.zeros(9, np.int64), np.full(9, -1, np.int64))
+    assert list(region[pos]) == ["embed"] + ["layers.0.x"] * 4 + ["layers.1.x"] * 4 and exact.all()
+    # unnamed kernels (-1) never pair by name
+    q = np.full(4, -1, np.int64)
+    ref2 = _Ref(np.arange(4), np.full(4, -1, np.int64), np.zeros(4, np.int64), np.full(4, -1, np.int64),
+                np.array(["layers.0.x"] * 4, dtype=object))
+    assert (_align(ref2, q, np.zeros(4, np.int64), np.full(4, -1, np.int64))[0] < 0).all()

@@ -88,7 +88,7 @@ class _Ref:
 
 
 def _score_row(ref: _Ref, qn: int, qg: int, qf: int) -> np.ndarray:
-    same = ref.name == qn
+    same = (ref.name == qn) & (qn >= 0)   # an unnamed kernel pairs with nothing by name
     s = np.where(same, 4 + 2 * (ref.grid == qg), _NEG)
     if qf >= 0:
         s = np.where(~same & (ref.fam == qf), 2, s)
