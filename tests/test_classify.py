@@ -146,7 +146,7 @@ KERNEL_SAMPLES = [
     "kineto/sampled_rank-1.json.gz", "kineto/triton_example.json.gz", "rocprofv3/rocpd/14_results.db",
     "rocprofv3/rocpd/28_results.db", "rocprofv3/csv/kernel_trace.csv", "rocprofv3/csv/kernel_trace_truncated.csv",
     "nsys/perlmutter-cloverleaf-cuda.sqlite", "nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite",
-    "vllm/m3_eager_b8.pt.trace.json.gz", "vllm/m3_graphs_b8.pt.trace.json.gz",
+    "vllm/m3_eager_b8.pt.trace.json.gz", "vllm/m3_graphs_b8.pt.trace.json.gz", "vllm/record/rec_graphs_b8.json.gz",
 ]
 
 

@@ -31,6 +31,7 @@ import pandas as pd
 
 from mmprof.analysis.classify import RuleSet, classify_names, default_rules
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
+from mmprof.analysis.graph_align import align_replays
 from mmprof.analysis.structure import Regions, StructureIndex, regions
 from mmprof.labels import is_marker, parse_label
 
@@ -107,6 +108,7 @@ class EventFrame:
     profile: Any = field(repr=False, default=None)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    graph_align: Any = None   # mmprof.analysis.graph_align.AlignStats of the replays aligned with eager kernels
     _frame: Any = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -219,6 +221,9 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     cat[nk:] = CAT_MEMCPY
     index = StructureIndex(profile)
     reg_k = regions(profile, "kernels", krows, index, shape_regions)
+    # graph replays with no op: regions from the eager kernels (families per kernel only when something replayed)
+    kfam = fam_u[inv] if nk and (K["graph"] >= 0).any() else np.full(nk, "", dtype=object)
+    replay_align = align_replays(profile, reg_k, kfam)
     reg_m = regions(profile, "memcpy", np.arange(nm), index, shape_regions)
     kls, kle = _launch_times(profile, K["launch"])
     mls, mle = _launch_times(profile, M["launch"])
@@ -236,7 +241,7 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
         layer=np.concatenate([reg_k.layer, reg_m.layer]), role=np.concatenate([reg_k.role, reg_m.role]),
         region=np.concatenate([reg_k.region, reg_m.region]),
         label_source=np.concatenate([reg_k.source, reg_m.source]), roof=roof, profile=profile,
-        notes=list(roof.notes), warnings=list(roof.warnings))
+        notes=list(roof.notes), warnings=list(roof.warnings), graph_align=replay_align)
 
 
 def call_ids(op: np.ndarray, graph: np.ndarray, n_launches: int) -> np.ndarray:

@@ -26,6 +26,11 @@ class GraphSummary:
     kernels_per_replay: float | None = None
     graph_launch_ns: float | None = None     # median duration of one graph launch call
     kernel_launch_ns: float | None = None    # median duration of one kernel launch call outside graphs
+    region_ns: dict[str, int] = field(default_factory=dict)       # replayed kernel time with a region, by label source
+    no_region: int = 0                       # replayed kernels in no region
+    no_region_ns: int = 0
+    ambiguous: int = 0                       # replayed kernels whose equal-score alignments disagreed (left out)
+    all_region_share: float | None = None    # share of all kernel time (eager and replayed) that has a region
 
     @property
     def attributed_share(self) -> float:
@@ -35,7 +40,13 @@ class GraphSummary:
         return {"replays": self.replays, "kernels": self.kernels, "kernel_ns": self.kernel_ns, "share": self.share,
                 "attributed_ns": self.attributed_ns, "attributed_share": self.attributed_share,
                 "kernels_per_replay": self.kernels_per_replay, "graph_launch_ns": self.graph_launch_ns,
-                "kernel_launch_ns": self.kernel_launch_ns}
+                "kernel_launch_ns": self.kernel_launch_ns, "region_ns": self.region_ns,
+                "region_share": self.region_share, "no_region": self.no_region, "no_region_ns": self.no_region_ns,
+                "ambiguous": self.ambiguous, "all_region_share": self.all_region_share}
+
+    @property
+    def region_share(self) -> float:
+        return sum(self.region_ns.values()) / self.kernel_ns if self.kernel_ns else 0.0
 
     def line(self) -> str:
         """One sentence for the report."""
@@ -49,9 +60,24 @@ class GraphSummary:
                          f"{self.kernels_per_replay * self.kernel_launch_ns / 1e3:.1f} us)")
         unattr = "" if self.attributed_share >= 0.999 else \
             f"; {1 - self.attributed_share:.0%} of it has no op (no capture or eager run of the same kernels: " \
-            "classified by name only, no shapes)"
+            "no shapes)"
         return (f"graph replays: {self.replays} launches ran {self.kernels} kernels ({self.share:.0%} of kernel "
-                f"time), {self.attributed_share:.0%} of their time attributed to ops ({by}){unattr}{cost}")
+                f"time), {self.attributed_share:.0%} of their time attributed to ops ({by}){unattr}{cost}"
+                + self.region_line())
+
+    def region_line(self) -> str:
+        """How much of the replayed time has a region, and by which evidence."""
+        if not self.kernel_ns:
+            return ""
+        by = ", ".join(f"{s} {v / self.kernel_ns:.0%}" for s, v in sorted(self.region_ns.items(), key=lambda x: -x[1])
+                       if v >= 0.005 * self.kernel_ns) or "none"
+        out = f"; regions for {self.region_share:.0%} of their time ({by})"
+        if self.no_region:
+            out += (f", {self.no_region} kernels ({self.no_region_ns / self.kernel_ns:.0%}) in none"
+                    + (f" ({self.ambiguous} ambiguous)" if self.ambiguous else ""))
+        if self.all_region_share is not None:
+            out += f"; all kernels: {self.all_region_share:.0%} of kernel time in regions"
+        return out
 
 
 def graph_summary(profile: Any, ev: EventFrame, rank: int | None = None) -> GraphSummary | None:
@@ -79,5 +105,14 @@ def graph_summary(profile: Any, ev: EventFrame, rank: int | None = None) -> Grap
     eager = k & (ev.graph < 0) & (ev.launch_start >= 0)
     kernel_launch = float(np.median((ev.launch_end - ev.launch_start)[eager])) if eager.any() else None
     total = int(ev.dur[k].sum())
+    has = np.asarray(ev.region[g] != None)  # noqa: E711
+    srcs = np.asarray(ev.label_source[g], dtype=object)
+    region_ns: dict[str, int] = {}
+    for s in {x for x in srcs[has].tolist()}:
+        region_ns[str(s)] = int(dur[has & (srcs == s)].sum())
+    all_has = np.asarray(ev.region[k] != None)  # noqa: E711
+    al = getattr(ev, "graph_align", None)
     return GraphSummary(len(replays), int(g.sum()), int(dur.sum()), float(dur.sum()) / total if total else 0.0,
-                        attributed, g.sum() / len(replays), graph_launch, kernel_launch)
+                        attributed, g.sum() / len(replays), graph_launch, kernel_launch, region_ns,
+                        int((~has).sum()), int(dur[~has].sum()), int(al.ambiguous) if al is not None else 0,
+                        float(ev.dur[k][all_has].sum()) / total if total else None)
