@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.classify import RuleSet, classify_names, default_rules
+from mmprof.analysis.classify import COMM_FAMILIES, DATA_MOVEMENT_FAMILIES, RuleSet, classify_names, default_rules
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
 from mmprof.analysis.structure import Regions, StructureIndex, regions
 from mmprof.labels import is_marker, parse_label
@@ -134,10 +134,10 @@ def _classes(profile, table: str, rows: np.ndarray, rules: RuleSet) -> tuple[pd.
 
 
 def _category(family: np.ndarray, roof: Roofline, extra_comm: np.ndarray | None = None) -> np.ndarray:
-    comm = family == "communication"
+    comm = np.isin(family, COMM_FAMILIES)
     if extra_comm is not None:
         comm = comm | extra_comm
-    copy = np.isin(family, ["copy", "memcpy"])
+    copy = np.isin(family, DATA_MOVEMENT_FAMILIES)
     cat = np.full(len(family), CAT_UNATTR, dtype=np.int8)
     cat[roof.bound == BOUND_COMPUTE] = CAT_COMPUTE
     cat[roof.bound == BOUND_MEMORY] = CAT_MEMORY
@@ -167,7 +167,7 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     comm_k = np.zeros(nk, dtype=bool)
     ck = profile.tables["collectives"]["kernel"]
     comm_k[ck[(ck >= 0) & (ck < nk)]] = True
-    eligible = ~((kfam == "communication") | comm_k | np.isin(kfam, ["copy", "memcpy"]))
+    eligible = ~(np.isin(kfam, COMM_FAMILIES) | comm_k | np.isin(kfam, DATA_MOVEMENT_FAMILIES))
     # memcpy rows: family memcpy, variant memcpy / memset, no roofline
     mk_u, mk_inv = codes(M["kind"])
     mk_names = [profile.string(int(u)) or "memcpy" for u in mk_u]
@@ -281,7 +281,7 @@ def _cpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
                 ev_cls[c][owner] = ev_cls[c][i]
     fam = ev_cls["family"][keep]
     dur = O["dur_ns"][keep]
-    roof = event_roofline(profile, keep, dur, O["rank"][keep], ~np.isin(fam, ["communication", "copy", "memcpy"]))
+    roof = event_roofline(profile, keep, dur, O["rank"][keep], ~np.isin(fam, COMM_FAMILIES + DATA_MOVEMENT_FAMILIES))
     reg = regions(profile, "ops", keep, None, shape_regions)
     start = O["start_ns"][keep]
     m = len(keep)
