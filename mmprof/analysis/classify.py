@@ -42,6 +42,14 @@ DATA_MOVEMENT_FAMILIES = ("copy", "memcpy", "kv_cache")
 # communication + norm is communication, norm + RoPE + KV-cache insert is rope, activation + quant is activation.
 FUSED_PRIMARY_ORDER = ("communication", "grouped_gemm", "gemm", "sparse_attention", "attention", "ssm", "sampling",
                        "moe", "rope", "norm", "kv_cache", "activation", "quantization")
+# The platform a rule's library runs on ("cuda", "rocm"; a library not listed runs on both: PyTorch, Triton, vLLM,
+# SGLang, ggml, NCCL/RCCL). A CUDA kernel must never get a ROCm library or the reverse (tests/test_classify_corpus.py).
+LIBRARY_PLATFORM = {
+    **dict.fromkeys(("cuBLAS", "cuDNN", "CUTLASS", "CUB", "DeepGEMM", "DeepEP", "FlashMLA", "FlashAttention", "FlashInfer",
+                     "TensorRT", "TensorRT-LLM", "Marlin", "Machete", "NVSHMEM", "pplx-kernels", "FBGEMM"), "cuda"),
+    **dict.fromkeys(("hipBLASLt", "rocBLAS", "Composable Kernel", "AITER", "MIOpen", "HIP runtime", "rocPRIM", "MoRI",
+                     "vLLM/AITER"), "rocm"),
+}
 _RULE_KEYS = {"id", "pattern", "family", "variant", "library", "path", "description", "example", "ignore_case", "on"}
 TARGETS = ("name", "function")
 @dataclass(frozen=True)
