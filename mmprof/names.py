@@ -106,6 +106,9 @@ _FUNCTORISH = re.compile(r"Functor|functor|(?:Ops?|_op|_kernel_cuda|_kernel_impl
 _CAST_INT = re.compile(r"^\((?:unsigned |signed )?(?:int|long|long long|short|char)\)(-?\d+)$")
 _INT = re.compile(r"^(-?\d+)(?:[uU]?[lL]{0,2}|[lL]{0,2}[uU]?)$")
 _MAX_DEPTH = 12  # template nesting read for display; deeper levels are not shown
+_ENUM = re.compile(r"^\(((?:\(anonymous namespace\)::|[\w:])+)\)(-?\d+)$")
+_ENUM_MATTERS = re.compile(r"GemmType|Activation|ActType|ScoringFunc|Quant|Epilogue|Mode$")
+_FUNC_PTR = re.compile(r"^&\(?(.+?)\)?$")
 
 
 class _Part:
@@ -169,8 +172,18 @@ def _render_arg(a: str, depth: int = 0) -> list[_Part]:
     m = _CAST_INT.match(a) or _INT.match(a)
     if m:
         return [_Part(1, [m.group(1)])]
-    if a in ("true", "false", "(bool)0", "(bool)1") or re.match(r"^\([\w:]+\)-?\d+$", a):
-        return []  # flags and enum values do not read as anything
+    if a in ("true", "false", "(bool)0", "(bool)1"):
+        return []  # flags do not read as anything
+    m = _ENUM.match(a)
+    if m:  # an enum value: GemmType 1 (grouped) is another kernel than GemmType 0; most others say little
+        kind = _short_ident(m.group(1))
+        return [_Part(6, [f"{kind}={m.group(2)}"])] if _ENUM_MATTERS.search(kind) else []
+    m = _FUNC_PTR.match(a)
+    if m:  # &(float vllm::silu_kernel<float>(float const&)): the function it points to (SiLU vs GELU)
+        q = _qualified_name(m.group(1))
+        if q:
+            return [_Part(6, [_short_ident(_split_template(_split_top(q, "::")[-1])[0])])]
+        return []
     if _LAMBDA.search(a):
         comps = _split_top(a, "::")
         k = next((i for i, c in enumerate(comps) if _LAMBDA.match(c)), None)
@@ -371,11 +384,16 @@ def display_name(name: str, max_len: int = DEFAULT_MAX_LEN) -> str:
     read comes back demangled but otherwise unchanged."""
     if not isinstance(name, str) or _CONTROL.search(name):  # text with control characters is not a symbol:
         return name                                           # shown as it is (escaped by the renderer)
-    s = demangle(name).strip()
+    s = _normalise(demangle(name).strip())
     try:
         return _display(s, max_len) or name
     except Exception:  # pragma: no cover - text it cannot read is shown as it is
         return s or name
+
+
+def _normalise(s: str) -> str:
+    """nsys prints the anonymous namespace as `<unnamed>`: a `<` that is no template bracket."""
+    return s.replace("<unnamed>", "(anonymous namespace)") if "<unnamed>" in s else s
 
 
 def _display(s: str, max_len: int) -> str:
@@ -446,7 +464,7 @@ def function_name(name: str) -> str:
     name, without the return type, template arguments, parameter list and `[clone .kd]` / `.kd` suffixes.
     `void vllm::rms_norm_kernel<c10::BFloat16, 8>(...)` -> `vllm::rms_norm_kernel`; a text that is not a C++
     signature (`Memcpy HtoD (Pageable -> Device)`) gives its words before the first parenthesis."""
-    s = demangle(name.strip())
+    s = _normalise(demangle(name.strip()))
     q = _qualified_name(s)
     if q is None:
         head = s.split("(", 1)[0].split()

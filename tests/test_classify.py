@@ -285,7 +285,7 @@ def test_classify_cli_errors(capsys, tmp_path):
     ("_ZN7ck_tile6kentryILi1ENS_12Rmsnorm2dFwdINS_27Rmsnorm2dFwdPipelineOnePassE", "norm", "Composable Kernel"),
     ("SubTensorOpWithCastTensor1d", "conv", "MIOpen"),
     ("void (anonymous namespace)::store_kvcache<2048l, 4, false, long>((anonymous namespace)::StoreKVCacheParams)",
-     "copy", None),
+     "kv_cache", None),
     ("void (anonymous namespace)::clamp_position_kernel<long>(long*, long const*, unsigned long)", "elementwise",
      "SGLang"),
 ])

@@ -146,7 +146,7 @@ ENGINE_NAMES = [
     ("fmha_v2_flash_attention_bf16_64_64_S_q_paged_kv_256_causal_tma_ws_sm90_kernel", "attention", "TensorRT-LLM"),
     ("void tensorrt_llm::kernels::quantize_with_block_size<(tensorrt_llm::BlockScaleQuantizationType)2, "
      "__nv_bfloat16, 32, true>(int, int, int, int, __nv_bfloat16 const*, float const*, unsigned int*, "
-     "unsigned int*, tensorrt_llm::QuantizationSFLayout, int*)", "elementwise", "TensorRT-LLM"),
+     "unsigned int*, tensorrt_llm::QuantizationSFLayout, int*)", "quantization", "TensorRT-LLM"),
     # FlashInfer: include/flashinfer/{attention,sampling,norm,pos_enc,activation,page}.cuh
     ("void flashinfer::BatchDecodeWithPagedKVCacheKernel<(flashinfer::PosEncodingMode)0, 2u, 4u, 8u, 16u, 1u, 8u, "
      "flashinfer::DefaultAttention<false, false, false, false>, flashinfer::BatchDecodeParams<__nv_bfloat16, "
@@ -160,17 +160,17 @@ ENGINE_NAMES = [
      "__nv_bfloat16*, float*, unsigned int, unsigned int, unsigned int)", "attention", "FlashInfer"),
     ("void flashinfer::sampling::TopPSamplingFromProbKernel<1024u, (cub::CUB_200800_SM_900::BlockScanAlgorithm)0, "
      "(cub::CUB_200800_SM_900::BlockReduceAlgorithm)2, 4u, false, float, int>(float*, int*, int*, float*, float, "
-     "unsigned int, unsigned long, unsigned long)", "topk", "FlashInfer"),
+     "unsigned int, unsigned long, unsigned long)", "sampling", "FlashInfer"),
     ("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, "
      "unsigned int, unsigned int, unsigned int, float, float)", "norm", "FlashInfer"),
     ("void flashinfer::BatchQKApplyRotaryPosIdsCosSinCacheKernel<true, 128u, 8u, 16u, __nv_bfloat16, long>("
      "__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, float*, long*, unsigned int, unsigned int)",
-     "elementwise", "FlashInfer"),
+     "rope", "FlashInfer"),
     ("void flashinfer::activation::act_and_mul_kernel<__nv_bfloat16, &(silu(float const&))>(__nv_bfloat16*, "
      "__nv_bfloat16 const*, int)", "activation", "FlashInfer"),
     ("void flashinfer::AppendPagedKVCacheKernel<128u, 8u, 16u, __nv_bfloat16, int>(flashinfer::paged_kv_t<"
      "__nv_bfloat16, int>, __nv_bfloat16*, __nv_bfloat16*, int*, int*, unsigned int, unsigned long, unsigned long, "
-     "unsigned long, unsigned long)", "copy", "FlashInfer"),
+     "unsigned long, unsigned long)", "kv_cache", "FlashInfer"),
     # engine-specific attention that used to be "FlashAttention": ggml (below), FlashMLA, vLLM's sparse FA fork
     ("void flash::flash_fwd_splitkv_mla_kernel<Flash_fwd_kernel_traits_mla<576, 64, 64, 8, cutlass::bfloat16_t, "
      "512>, flash::SharedStorageMLA<Flash_fwd_kernel_traits_mla<576, 64, 64, 8, cutlass::bfloat16_t, 512> > >("
@@ -187,9 +187,9 @@ ENGINE_NAMES = [
      "norm", "vLLM"),
     ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, unsigned char, (vllm::Fp8KVCacheDataType)1>("
      "__nv_bfloat16 const*, __nv_bfloat16 const*, unsigned char*, unsigned char*, long const*, long, long, long, "
-     "long, int, int, int, float const*, float const*)", "copy", "vLLM"),
+     "long, int, int, int, float const*, float const*)", "kv_cache", "vLLM"),
     ("void vllm::scaled_fp8_quant_kernel_strided<c10::BFloat16, c10::Float8_e4m3fn>(c10::Float8_e4m3fn*, "
-     "c10::BFloat16 const*, float const*, int, long, long)", "elementwise", "vLLM"),
+     "c10::BFloat16 const*, float const*, int, long, long)", "quantization", "vLLM"),
     ("void paged_attention_ll4mi_reduce_kernel<__hip_bfloat16, __hip_bfloat16, 128, 128, 256, 3, false>("
      "__hip_bfloat16*, float const*, float const*, __hip_bfloat16 const*, int const*, int const*, int)",
      "attention", "vLLM"),
@@ -208,7 +208,7 @@ ENGINE_NAMES = [
     ("_ZN5aiter42f4gemm_bf16_per1x32Fp4_BpreShuffle_256x256E", "gemm", "AITER"),
     ("_ZN5aiter24fmha_fwd_hd128_bf16_rtneE", "attention", "AITER"),
     ("void aiter::kn_entry_2c_sbhd_cached_inplace<aiter::RotateStyle::NEOX, true, false, __hip_bfloat16, float>("
-     "__hip_bfloat16*, __hip_bfloat16*, float const*, float const*, int, int, int, int, int, int)", "elementwise",
+     "__hip_bfloat16*, __hip_bfloat16*, float const*, float const*, int, int, int, int, int, int)", "rope",
      "AITER"),
     ("_ZN2ck16tensor_operation6device12_GLOBAL__N_139kernel_grouped_conv_fwd_xdl_cshuffle_v3INS_28GridwiseGemm_xdl"
      "_cshuffle_v3INS_13tensor_layout4gemm8RowMajorENS6_11ColumnMajorES7_DF16bDF16bfDF16bfEEELb1ELNS_25InMemoryData"
@@ -236,10 +236,10 @@ ENGINE_NAMES = [
     ("void soft_max_f32<true, 0, 0, __half>(float const*, __half const*, float const*, float*, soft_max_params)",
      "reduction", "ggml"),
     ("void rope_neox<true, float, float>(float const*, float*, int, int, int, int, int, int, int, int, int const*)",
-     "elementwise", "ggml"),
-    ("quantize_q8_1(float const*, void*, long, long, long, long, long, long)", "elementwise", "ggml"),
+     "rope", "ggml"),
+    ("quantize_q8_1(float const*, void*, long, long, long, long, long, long)", "quantization", "ggml"),
     ("void dequantize_block<32, 2, &(dequantize_q4_0(void const*, long, int, float2&)), __half>(void const*, "
-     "__half*, long, long, long, long, long, long, long, long)", "elementwise", "ggml"),
+     "__half*, long, long, long, long, long, long, long, long)", "quantization", "ggml"),
     ("void k_get_rows_float<float, float>(float const*, int const*, float*, long, long, long, unsigned long)",
      "index", "ggml"),
     ("void cpy_f32_f16<&(cpy_1_f32_f16(char const*, char*))>(char const*, char*, int, int, int, int, int, int, int)",
@@ -405,8 +405,8 @@ def test_keywords_in_template_arguments_do_not_decide_the_family():
     # a broad-keyword Triton rule used to call an Inductor pointwise kernel fused around SDPA "attention"
     assert classify_name("triton_poi_fused__scaled_dot_product_flash_attention_cat_transpose_view_10").family == \
         "elementwise"
-    # KV-cache writes are copies, transposed convolutions are convolutions
-    assert classify_name("reshape_and_cache_flash_kernel").family == "copy"
+    # KV-cache writes are kv_cache (their own family since issue 20), transposed convolutions are convolutions
+    assert classify_name("reshape_and_cache_flash_kernel").family == "kv_cache"
     assert classify_name("conv2d_transpose_kernel").family == "conv"
 
 

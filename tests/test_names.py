@@ -4,12 +4,13 @@ a table of representative names with their expected display names, and demangle(
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from mmprof import names
 from mmprof.importers import import_paths
-from mmprof.names import demangle, display_name
+from mmprof.names import demangle, display_name, function_name
 from tests.conftest import DATA
 
 TRACES = ["samples/kineto/*.json.gz", "h200_runtime/*.json.gz", "kineto_own/*.json.gz", "diff_external/*.json.gz",
@@ -280,3 +281,75 @@ def test_without_the_demangler_names_pass_through(monkeypatch, real_names):
     finally:
         demangle.cache_clear()
         display_name.cache_clear()
+
+
+# --- issue 20 / 25: distinct kernels stay distinct, template arguments that matter stay, brackets never break ---
+
+from mmprof.names_distinct import distinct_display_names  # noqa: E402
+
+_MUL = ("void at::native::vectorized_elementwise_kernel<4, at::native::{w}<float, float, float, "
+        "at::native::binary_internal::MulFunctor<float> >, std::array<char*, {k}ul> >(int, at::native::{w}<float, "
+        "float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, {k}ul>)")
+
+
+@pytest.mark.parametrize("names, must_contain", [
+    # torch's three launches of a float multiply (tensor*scalar on either side, tensor*tensor): ATen Loops.cuh
+    ([_MUL.format(w="AUnaryFunctor", k=2), _MUL.format(w="BUnaryFunctor", k=2), _MUL.format(w="BinaryFunctor", k=3)],
+     ["AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor"]),
+    # two lambdas of one CloverLeaf loop (the demangler numbers them "instance 1" / "instance 2")
+    (["void clover::par_ranged2d_kernel<PdV_kernel(bool, int, int, int, int, double)::[lambda(int, int) "
+      "(instance 1)], int>(clover::Range2d, T1)",
+      "void clover::par_ranged2d_kernel<PdV_kernel(bool, int, int, int, int, double)::[lambda(int, int) "
+      "(instance 2)], int>(clover::Range2d, T1)"], ["lambda 1", "lambda 2"]),
+    # DeepEP's low-latency and normal internode dispatch (csrc/kernels/internode_ll.cu vs internode.cu)
+    (["void deep_ep::internode_ll::dispatch<8, 768, 8192>(int4*, float*)",
+      "void deep_ep::internode::dispatch<8, 768, 8192>(int4*, float*)"], ["internode_ll", "internode"]),
+    # DeepGEMM GemmType 0 (dense) and 1 (M-grouped contiguous): deep_gemm/include/deep_gemm/common/types.cuh
+    (["void deep_gemm::sm90_fp8_gemm_1d2d_impl<(deep_gemm::GemmType)0, 7168u, 2048u>(float*, int*, unsigned int)",
+      "void deep_gemm::sm90_fp8_gemm_1d2d_impl<(deep_gemm::GemmType)1, 7168u, 2048u>(float*, int*, unsigned int)"],
+     ["GemmType=0", "GemmType=1"]),
+])
+@pytest.mark.parametrize("width", [60, 30, 20])
+def test_distinct_kernels_never_share_a_display_name(names, must_contain, width):
+    shown = distinct_display_names(names, width)
+    assert len(set(shown)) == len(names), shown
+    for s, tag in zip(shown, must_contain):
+        assert tag in s, (s, tag)
+    # the same name twice is still one kernel: same text, no suffix
+    assert distinct_display_names([names[0], names[0]], width) == [display_name(names[0], width)] * 2
+
+
+def test_template_arguments_that_matter_are_kept():
+    silu = ("void vllm::act_and_mul_kernel<c10::BFloat16, &(float vllm::silu_kernel<float>(float const&)), true>"
+            "(c10::BFloat16*, c10::BFloat16 const*, int)")
+    assert "silu" in display_name(silu) and "gelu" in display_name(silu.replace("silu", "gelu"))
+    gt = "void deep_gemm::sm90_fp8_gemm_1d2d_impl<(deep_gemm::GemmType)2, 7168u, 2048u>(float*, int*)"
+    assert "GemmType=2" in display_name(gt)
+
+
+@pytest.mark.parametrize("raw", [
+    "void <unnamed>::doActivationKernel<__nv_bfloat16, (<unnamed>::ActivationKind)0>(__nv_bfloat16*, int)",
+    "void marlin::Marlin<(<unnamed>::ScalarTypeId)3, 256>(int4 const*)",
+])
+def test_nsys_unnamed_namespace_never_breaks_brackets(raw):
+    # nsys prints the anonymous namespace as `<unnamed>`: that `<` is no template bracket
+    for width in (60, 30, 20):
+        d = display_name(raw, width)
+        assert "(<" not in d and d.count("<") == d.count(">") and d.count("(") == d.count(")"), d
+    assert function_name(raw).split("::")[-1] in ("doActivationKernel", "Marlin")
+    assert not function_name(raw).startswith("::")
+
+
+def test_display_names_of_the_kernel_corpus_keep_brackets_balanced():
+    pairs = {")": "(", ">": "<", "]": "["}
+    corpus = Path(__file__).parent / "data" / "kernel_corpus" / "corpus.tsv"
+    names = [ln.split("\t")[0] for ln in corpus.read_text().splitlines() if ln and not ln.startswith("#")]
+    for n in names:
+        for width in (60, 40, 24):
+            stack = []
+            for ch in display_name(n, width).replace("->", "").replace("operator()", ""):
+                if ch in "(<[":
+                    stack.append(ch)
+                elif ch in pairs:
+                    assert stack and stack.pop() == pairs[ch], (n[:80], display_name(n, width))
+            assert not stack, (n[:80], display_name(n, width))

@@ -24,14 +24,32 @@ from mmprof.names import function_name
 
 RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 # Priority order of the built-in files: model-specific kernels first, generic keyword rules last.
+# kernels_serving.toml (serving-engine kernels other files would put in a wrong family, fused kernels) comes first;
 # kernels_engines.toml (rules anchored on an engine's or kernel library's namespace or exact kernel names) comes
 # before the model file, whose rules are keyword-like.
-BUILTIN_FILES = ("cpu_ops.toml", "kernels_engines.toml", "kernels_model.toml", "kernels_rocm.toml", "kernels_cuda.toml",
+BUILTIN_FILES = ("cpu_ops.toml", "kernels_serving.toml", "kernels_engines.toml", "kernels_model.toml", "kernels_rocm.toml", "kernels_cuda.toml",
                  "kernels_torch.toml", "kernels_generic.toml")
 PATHS = ("fast", "fallback", "neutral")
-FAMILIES = ("gemm", "grouped_gemm", "moe", "attention", "sparse_attention", "indexer_score", "topk", "sort",
-            "norm", "activation", "elementwise", "reduction", "index", "copy", "memcpy", "communication",
-            "embedding", "conv", "optimizer", "other")
+FAMILIES = ("gemm", "grouped_gemm", "moe", "attention", "sparse_attention", "indexer_score", "ssm", "topk", "sort",
+            "sampling", "norm", "rope", "activation", "quantization", "elementwise", "reduction", "index", "kv_cache",
+            "copy", "memcpy", "communication", "embedding", "conv", "optimizer", "other")
+# Timeline categories that follow from the family alone (docs/rules.md "Families and timeline categories"): every
+# other family is compute or memory work whose bound the roofline decides from the op's shapes. A KV-cache write or
+# gather moves data like a copy (it was family copy / variant kv_cache_write before it had a family of its own).
+COMM_FAMILIES = ("communication",)
+DATA_MOVEMENT_FAMILIES = ("copy", "memcpy", "kv_cache")
+# A fused kernel spanning families gets the first of these that it does (its variant names the fused parts):
+# communication + norm is communication, norm + RoPE + KV-cache insert is rope, activation + quant is activation.
+FUSED_PRIMARY_ORDER = ("communication", "grouped_gemm", "gemm", "sparse_attention", "attention", "ssm", "sampling",
+                       "moe", "rope", "norm", "kv_cache", "activation", "quantization")
+# The platform a rule's library runs on ("cuda", "rocm"; a library not listed runs on both: PyTorch, Triton, vLLM,
+# SGLang, ggml, NCCL/RCCL). A CUDA kernel must never get a ROCm library or the reverse (tests/test_classify_corpus.py).
+LIBRARY_PLATFORM = {
+    **dict.fromkeys(("cuBLAS", "cuDNN", "CUTLASS", "CUB", "DeepGEMM", "DeepEP", "FlashMLA", "FlashAttention", "FlashInfer",
+                     "TensorRT", "TensorRT-LLM", "Marlin", "Machete", "NVSHMEM", "pplx-kernels", "FBGEMM"), "cuda"),
+    **dict.fromkeys(("hipBLASLt", "rocBLAS", "Composable Kernel", "AITER", "MIOpen", "HIP runtime", "rocPRIM", "MoRI",
+                     "vLLM/AITER"), "rocm"),
+}
 _RULE_KEYS = {"id", "pattern", "family", "variant", "library", "path", "description", "example", "ignore_case", "on"}
 TARGETS = ("name", "function")
 @dataclass(frozen=True)

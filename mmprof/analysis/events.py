@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.classify import RuleSet, classify_names, default_rules
+from mmprof.analysis.classify import COMM_FAMILIES, DATA_MOVEMENT_FAMILIES, RuleSet, classify_names, default_rules
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
 from mmprof.analysis.graph_align import align_replays
 from mmprof.analysis.structure import Regions, StructureIndex, regions
@@ -163,11 +163,11 @@ def _category(family: np.ndarray | pd.Categorical, roof: Roofline, extra_comm: n
     if isinstance(family, pd.Categorical):  # compared per category, not per event
         cats = np.asarray(family.categories, dtype=object)
         fc = np.asarray(family.codes)
-        comm = (cats == "communication")[fc] & (fc >= 0)
-        copy = np.isin(cats, ["copy", "memcpy"])[fc] & (fc >= 0)
+        comm = np.isin(cats, COMM_FAMILIES)[fc] & (fc >= 0)
+        copy = np.isin(cats, DATA_MOVEMENT_FAMILIES)[fc] & (fc >= 0)
     else:
-        comm = family == "communication"
-        copy = np.isin(family, ["copy", "memcpy"])
+        comm = np.isin(family, COMM_FAMILIES)
+        copy = np.isin(family, DATA_MOVEMENT_FAMILIES)
     if extra_comm is not None:
         comm = comm | extra_comm
     cat = np.full(len(family), CAT_UNATTR, dtype=np.int8)
@@ -198,7 +198,7 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     comm_k = np.zeros(nk, dtype=bool)
     ck = profile.tables["collectives"]["kernel"]
     comm_k[ck[(ck >= 0) & (ck < nk)]] = True
-    not_roof_u = (fam_u == "communication") | np.isin(fam_u, ["copy", "memcpy"])   # per distinct name, not per event
+    not_roof_u = np.isin(fam_u, COMM_FAMILIES) | np.isin(fam_u, DATA_MOVEMENT_FAMILIES)  # per distinct name
     eligible = ~(not_roof_u[inv] | comm_k) if nk else np.zeros(0, dtype=bool)
     # memcpy rows: family memcpy, variant memcpy / memset, no roofline
     mk_u, mk_inv = codes(M["kind"])
@@ -316,7 +316,7 @@ def _cpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
                 ev_cls[c][owner] = ev_cls[c][i]
     fam = ev_cls["family"][keep]
     dur = O["dur_ns"][keep]
-    roof = event_roofline(profile, keep, dur, O["rank"][keep], ~np.isin(fam, ["communication", "copy", "memcpy"]))
+    roof = event_roofline(profile, keep, dur, O["rank"][keep], ~np.isin(fam, COMM_FAMILIES + DATA_MOVEMENT_FAMILIES))
     reg = regions(profile, "ops", keep, None, shape_regions)
     start = O["start_ns"][keep]
     m = len(keep)

@@ -10,10 +10,11 @@ order, with other token counts: the same kernels, except where a library picks a
 
 `align_replays(profile, reg, family)` aligns each replay's kernel sequence with this rank's eager kernels that
 have a region (in device start order), a semi-global sequence alignment (all of the replay, any stretch of the
-eager run; a gap costs 1):
+eager run; an unpaired replay kernel costs 2, an eager kernel skipped inside the stretch 1):
 
-- a kernel with the **same name** as the eager kernel it is paired with scores 2 (3 with the same grid):
-  source `replay-name`;
+- a kernel with the **same name** as the eager kernel it is paired with scores 8 (10 with the same grid):
+  source `replay-name`; a name pair outweighs the family pairs it could displace, so a finer family taxonomy
+  never trades name pairs away;
 - a kernel of the **same family** (gemm, attention, ...) scores 1, and is kept only between two same-name pairs
   (the layer structure around it is confirmed): source `replay-family`;
 - an unpaired kernel whose nearest paired kernels on its stream, before and after it, lie in one region R, with
@@ -89,9 +90,9 @@ class _Ref:
 
 def _score_row(ref: _Ref, qn: int, qg: int, qf: int) -> np.ndarray:
     same = (ref.name == qn) & (qn >= 0)   # an unnamed kernel pairs with nothing by name
-    s = np.where(same, 4 + 2 * (ref.grid == qg), _NEG)
+    s = np.where(same, 8 + 2 * (ref.grid == qg), _NEG)
     if qf >= 0:
-        s = np.where(~same & (ref.fam == qf), 2, s)
+        s = np.where(~same & (ref.fam == qf), 1, s)
     return s
 
 

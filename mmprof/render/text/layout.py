@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mmprof.names import display_name
+from mmprof.names_distinct import distinct_display_names
 from mmprof.render.safe import cell, markup, visible
 
 NEVER_DROP = 10
@@ -129,12 +130,22 @@ def _fold_styled(t: Text, width: int) -> Text:
     return out
 
 
-def fit_name(raw: str, width: int, lines: int = 2) -> str:
+def fit_name(raw: str, width: int, lines: int = 2, shown: str | None = None) -> str:
     """A kernel / op name for a cell `width` wide: its display name (visible escapes) at up to `lines` times the
     width, so that a narrow column keeps the template arguments that tell variants apart, folded at break
-    points."""
-    short = visible(display_name(raw, max(min(DISPLAY_MAX, lines * width - 2), 16)))
+    points. `shown` is the display name already chosen for it (`fit_names`)."""
+    short = visible(shown if shown is not None else display_name(raw, _name_len(width, lines)))
     return fold(short, width)
+
+
+def _name_len(width: int, lines: int = 2) -> int:
+    return max(min(DISPLAY_MAX, lines * width - 2), 16)
+
+
+def fit_names(raws: Sequence[str], width: int, lines: int = 2) -> list[str]:
+    """`fit_name` for a whole column: two different names never show as the same text (a suffix tells them apart,
+    `mmprof.names_distinct`)."""
+    return [fit_name(r, width, lines, s) for r, s in zip(raws, distinct_display_names(list(raws), _name_len(width, lines)))]
 
 
 def _lines(t: Text) -> list[str]:
@@ -163,7 +174,7 @@ def fit_table(con: Console, cols: Sequence[Col], rows: Sequence[Sequence[object]
     for j, c in enumerate(cols):
         head = Text(c.header)
         if c.name:
-            full = max([_natural(head)] + [cell_len(visible(display_name(n, c.max or DISPLAY_MAX))) for n in names[j]])
+            full = max([_natural(head)] + [cell_len(visible(d)) for d in distinct_display_names(names[j], c.max or DISPLAY_MAX)])
             nat.append(min(full, c.max) if c.max else full)
             low.append(min(nat[-1], max(c.min, _longest_word(head))))
         elif c.fold:
@@ -205,12 +216,13 @@ def fit_table(con: Console, cols: Sequence[Col], rows: Sequence[Sequence[object]
     for j in live:
         c = cols[j]
         t.add_column(c.header, justify=c.justify, width=w[j], no_wrap=not (c.wrap or c.name or c.fold), overflow="fold")
+    fitted = {j: fit_names(names[j], w[j]) for j in live if cols[j].name}
     for i, r in enumerate(cells):
         out = []
         for j in live:
             x = raw[i][j]
             if cols[j].name and not isinstance(x, Text):
-                out.append(Text(fit_name(names[j][i], w[j])))
+                out.append(Text(fitted[j][i]))
             elif cols[j].fold:
                 out.append(_fold_styled(x, w[j]) if isinstance(x, Text) else Text(wrap_fold(visible(names[j][i]), w[j])))
             else:
