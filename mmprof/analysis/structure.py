@@ -261,14 +261,18 @@ def regions(profile: Any, table: str, rows: np.ndarray | None = None, index: Str
     out = idx.regions_for_codes(ranks, _path_codes(t, rows))
     # the launching op's labels for events whose own labels name no region
     op_ref = _op_of(profile, table, rows)
-    missing = (out.region == None) & (op_ref >= 0)  # noqa: E711
+    # (and for events whose own label has no layer - a copy that records only its innermost scope - when the op's
+    # labels give one)
+    missing = ((out.region == None) | (out.layer < 0)) & (op_ref >= 0)  # noqa: E711
     if missing.any() and profile.n("ops"):
         ops = profile.tables["ops"]
         sub = idx.regions_for_codes(ops["rank"][op_ref[missing]], _path_codes(ops, op_ref[missing]))
         part = Regions.empty(len(rows))
         for a in ("layer", "role", "region", "source"):
             getattr(part, a)[missing] = getattr(sub, a)
-        out.fill(missing, part)
+        better = missing & (part.region != None) & ((out.region == None) | (part.layer >= 0))  # noqa: E711
+        for a in ("layer", "role", "region", "source"):
+            getattr(out, a)[better] = getattr(part, a)[better]
     _apply_op_anchors(profile, idx, t, rows, op_ref, out)
     if shape_regions is not None:
         has = op_ref >= 0
