@@ -175,3 +175,39 @@ def test_qwen2_moe_shared_expert_separate_and_routed_grouped():
 
 def _layers(frame, role: str) -> set[int]:
     return {int(x) for x in frame.layer[frame.role == role] if x >= 0}
+
+
+# ------------------------------------------------------------------------------------- shapes --model
+def _shapes_json(capsys, cfg) -> dict:
+    with pytest.raises(SystemExit) as e:
+        main(["shapes", "--profile", str(data_file(*VLLM, SAMPLES["eager"])), "--model", str(cfg), "--json"])
+    assert e.value.code == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_shapes_of_vllm_parallel_linears_match_the_config(capsys):
+    """With the module tree, every GEMM and attention call of the eager trace lands in a layer and a role, and its
+    per-rank shape (TP 1) is the config's: QKVParallelLinear N = (16 + 2*4) * 128, the sparse layers'
+    MinimaxM3QKVParallelLinearWithIndexer N = 3072 + index q 4*128 + index k 128, the shared expert's
+    MergedColumnParallelLinear N = 2 * 768, vllm::unified_attention_with_output q/kv heads 16/4 (layers 0-1)."""
+    d = _shapes_json(capsys, data_file(*VLLM, "config", "m3_tiny_config.json"))
+    c = d["comparison"]
+    per = c["per_rank"]["0"]
+    # 33 forwards: 6 qkv + 6 o_proj, 2 dense GEMMs (layer 0), 5 routers, 2 x 5 shared GEMMs, 1 LM head; 2 attention
+    assert per == {"attn.qkv": 198, "attn.o_proj": 198, "mlp": 66, "moe.router": 165, "moe.shared": 330,
+                   "lm_head": 33, "attn.core": 66}
+    assert c["calls"] == c["matched"] == 1056 and c["unscoped"] == 0 and c["unmatched"] == []
+    assert not [f for f in d["findings"] if f["code"] == "SH006"]
+
+
+def test_shapes_with_the_wrong_config_differ(capsys, tmp_path):
+    """The same trace against a config whose expert width is 1024 (not 768): the shared expert's GEMMs differ."""
+    cfg = json.loads(data_file(*VLLM, "config", "m3_tiny_config.json").read_text())
+    cfg["text_config"]["intermediate_size"] = cfg["text_config"]["shared_intermediate_size"] = 1024
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    d = _shapes_json(capsys, p)
+    c = d["comparison"]
+    assert len(c["unmatched"]) > 0 and c["matched"] < c["calls"]
+    sh = [f for f in d["findings"] if f["code"] == "SH006"]
+    assert sh and "moe.shared" in sh[0]["message"] and "N=1536 K=2048" in sh[0]["message"]
