@@ -211,3 +211,115 @@ def test_shapes_with_the_wrong_config_differ(capsys, tmp_path):
     assert len(c["unmatched"]) > 0 and c["matched"] < c["calls"]
     sh = [f for f in d["findings"] if f["code"] == "SH006"]
     assert sh and "moe.shared" in sh[0]["message"] and "N=1536 K=2048" in sh[0]["message"]
+
+
+def test_without_module_events_the_checks_say_no_evidence(tmp_path):
+    """With `torch_profiler_with_stack=false` the ops remain but no module tells the shared expert's aten::mm inside
+    `vllm::moe_forward_shared` from the routed experts: FP001 must not pass, the routed-experts assertions have
+    nothing to judge (a layer-less op anchor names no region)."""
+    with gzip.open(data_file("vllm_qwen2_moe", "qwen2_moe_eager.pt.trace.json.gz"), "rt") as f:
+        doc = json.load(f)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "python_function"]
+    p = tmp_path / "nostack.pt.trace.json.gz"
+    with gzip.open(p, "wt") as f:
+        json.dump(doc, f)
+    r = {x.id: x.status for x in verify(import_paths([p])).results}
+    assert r["shared-expert-separate"] == "no_evidence"
+    assert r["routed-experts-grouped"] == r["no-expert-loop-gemms"] == "no_evidence"
+
+
+# ------------------------------------------------------------------ other vLLM layouts, built from their code
+def _tree_trace(tmp_path, layers: list) -> object:
+    """A Kineto trace of nested nn.Module frames / CPU ops with one kernel launched at each leaf. A node is
+    (name, [children]) or (name, kernel_name) for a leaf; names starting `nn.Module: ` are module frames."""
+    ev, t, corr = [], [0.0], [0]
+
+    def emit(node):
+        name, body = node
+        start = t[0]
+        t[0] += 1
+        if isinstance(body, str):  # leaf: a launch and its kernel
+            corr[0] += 1
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t[0],
+                       "dur": 2, "args": {"correlation": corr[0]}})
+            ev.append({"ph": "X", "cat": "kernel", "name": body, "pid": 0, "tid": 7, "ts": t[0] + 1, "dur": 3,
+                       "args": {"correlation": corr[0], "device": 0, "stream": 7}})
+            t[0] += 5
+        else:
+            for c in body:
+                emit(c)
+        t[0] += 1
+        cat = "python_function" if name.startswith("nn.Module: ") else "cpu_op"
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": start, "dur": t[0] - start,
+                   "args": {}})
+        t[0] += 1
+
+    emit(("nn.Module: M_0", layers))
+    p = tmp_path / "t.pt.trace.json.gz"
+    with gzip.open(p, "wt") as f:
+        json.dump({"traceEvents": ev}, f)
+    return import_paths([p])
+
+
+def _mlp(cls: str, i: int) -> tuple:
+    return (f"nn.Module: {cls}_{i}", [(f"nn.Module: MergedColumnParallelLinear_{i}", "nvjet_gate_up"),
+                                      (f"nn.Module: RowParallelLinear_{i}", "nvjet_down")])
+
+
+LAYOUTS = {
+    # vllm/model_executor/models/qwen2_moe.py (SharedFusedMoE calls the shared expert itself, no SharedExperts
+    # wrapper: vLLM before the runner refactor)
+    "qwen2_moe_in_fused_moe": ("Qwen2MoeSparseMoeBlock", lambda i: [
+        (f"nn.Module: ReplicatedLinear_{i}", "gemv_router"),
+        (f"nn.Module: SharedFusedMoE_{i}", [_mlp("Qwen2MoeMLP", i), ("vllm::moe_forward_shared", [
+            ("_moe_C::topk_softmax", "topkGating"), ("_moe_C::moe_align_block_size", "moe_align_block_size_kernel"),
+            ("vllm::outplace_fused_experts", "fused_moe_kernel")])])]),
+    # deepseek_v2.py: DeepseekV2MoE > gate, experts (SharedFusedMoE > MoERunner > SharedExperts > DeepseekV2MLP)
+    "deepseek_v2_runner": ("DeepseekV2MoE", lambda i: [
+        (f"nn.Module: GateLinear_{i}", "gemv_router"),
+        (f"nn.Module: SharedFusedMoE_{i}", [(f"nn.Module: MoERunner_{i}", [("vllm::moe_forward_shared", [
+            (f"nn.Module: SharedExperts_{i}", [_mlp("DeepseekV2MLP", i)]),
+            ("_moe_C::grouped_topk", "grouped_topk_kernel"), ("vllm::moe_forward_inner", "fused_moe_kernel")])])])]),
+    # the block calls its shared expert itself, beside FusedMoE (glm4_moe.py-style)
+    "block_calls_shared": ("Glm4MoE", lambda i: [
+        (f"nn.Module: GateLinear_{i}", "gemv_router"), _mlp("Glm4MoeMLP", i),
+        (f"nn.Module: FusedMoE_{i}", [("vllm::moe_forward", [("_moe_C::topk_softmax", "topkGating"),
+                                                                ("vllm::x", "fused_moe_kernel")])])]),
+    # mixtral.py: no shared expert
+    "mixtral": ("MixtralMoE", lambda i: [
+        (f"nn.Module: ReplicatedLinear_{i}", "gemv_router"),
+        (f"nn.Module: FusedMoE_{i}", [("vllm::moe_forward", [("_moe_C::topk_softmax", "topkGating"),
+                                                                ("vllm::x", "fused_moe_kernel")])])]),
+    # gpt_oss.py: TransformerBlock > OAIAttention, MLPBlock (router = nn.Linear, experts = FusedMoE)
+    "gpt_oss": ("MLPBlock", lambda i: [
+        (f"nn.Module: Linear_{i}", "gemv_router"),
+        (f"nn.Module: FusedMoE_{i}", [("vllm::moe_forward", [("vllm::x", "fused_moe_kernel")])])]),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_other_vllm_moe_layouts(tmp_path, layout):
+    block, body = LAYOUTS[layout]
+    dec = "TransformerBlock" if layout == "gpt_oss" else "DecoderLayer"
+    layers = [(f"nn.Module: {dec}_{i}", [
+        (f"nn.Module: Attn{i}Attention_{i}", [(f"nn.Module: QKVParallelLinear_{i}", "nvjet_qkv"),
+                                              (f"nn.Module: Attention_{i}", [("vllm::unified_attention_with_output",
+                                                                               "flash_fwd")]),
+                                              (f"nn.Module: RowParallelLinear_{10 + i}", "nvjet_o")]),
+        (f"nn.Module: {block}_{i}", body(i))]) for i in range(2)]
+    p = _tree_trace(tmp_path, layers)
+    frame = events_of(p)
+    names = p.col("kernels", "name", decode=True)
+    k = frame.table == 0
+    got = {(names[r], int(la), ro) for r, la, ro in zip(frame.row[k], frame.layer[k], frame.role[k])}
+    want_shared = layout not in ("mixtral", "gpt_oss")
+    for i in range(2):
+        assert ("fused_moe_kernel", i, "moe.routed") in got
+        assert ("gemv_router", i, "moe.router") in got
+        assert ("nvjet_qkv", i, "attn.qkv") in got and ("nvjet_o", i, "attn.o_proj") in got
+        assert ("flash_fwd", i, "attn.core") in got
+        assert (("nvjet_gate_up", i, "moe.shared") in got) == want_shared
+        assert (("nvjet_down", i, "moe.shared") in got) == want_shared
+    r = {x.id: x.status for x in verify(p).results}
+    assert r["shared-expert-separate"] == ("fail" if want_shared else "pass")
+    assert r["routed-experts-grouped"] == "pass" and r["no-expert-loop-gemms"] == "pass"

@@ -27,6 +27,7 @@ from mmprof.labels import SEP, Region, module_event, parse_path, region_name, ro
 NONE = -1
 # a module with a child of one of these kinds is a MoE block whatever its class name (gpt-oss: `MLPBlock`)
 _MOE_CHILD = ("experts", "router", "fused_moe", "shared_experts")
+_MODEL_ROLES = ("embed", "lm_head", "final_norm", "sampler", "rope")
 _KEEP = ("moe.routed", "moe.shared", "attn.indexer", "lm_head", "embed", "sampler")
 
 
@@ -302,7 +303,8 @@ def _apply_op_anchors(profile: Any, idx: StructureIndex, t: dict[str, np.ndarray
                       op_ref: np.ndarray, out: Regions) -> None:
     """Engine custom ops as region anchors (rules/roles.toml [[op]]): the kernels an anchor op launches take its
     role, in the layer the module tree gives, unless a module is nested inside the op (innermost wins: vLLM's
-    SharedExperts inside `vllm::moe_forward_shared` stays moe.shared). Explicit annotations always win."""
+    SharedExperts inside `vllm::moe_forward_shared` stays moe.shared). Explicit annotations always win. With no
+    layer from the module tree, a layer-level anchor names nothing (the kernel stays unattributed)."""
     if not profile.n("ops") or not roles().ops or not len(rows):
         return
     ops = profile.tables["ops"]
@@ -323,5 +325,9 @@ def _apply_op_anchors(profile: Any, idx: StructureIndex, t: dict[str, np.ndarray
         if out.region[j] is None:
             base = idx.of_path(int(ranks[j]), int(a_code)) if a_code >= 0 else None
             layer = base.layer if base is not None else -1
+        if layer < 0 and role not in _MODEL_ROLES:
+            # no layer from any module: a layer-less `moe.routed` would let FP001 pass on a trace whose shared
+            # expert GEMMs run inside `vllm::moe_forward_shared` with nothing to tell them apart: leave it unknown
+            continue
         out.layer[j], out.role[j], out.region[j] = layer, role, region_name(layer, role)
         out.source[j] = out.source[j] or "op"
