@@ -310,24 +310,42 @@ def _apply_op_anchors(profile: Any, idx: StructureIndex, t: dict[str, np.ndarray
     ops = profile.tables["ops"]
     codes = _path_codes(t, rows)
     ranks = t["rank"][rows]
-    for j in np.flatnonzero(op_ref >= 0).tolist():
-        if out.source[j] not in (None, "module"):
-            continue
-        anchor, role = idx.anchor_of(int(op_ref[j]))
+    src_ok = np.array([x in (None, "module") for x in out.source], dtype=bool)
+    cand = np.flatnonzero((op_ref >= 0) & src_ok)
+    if not len(cand):
+        return
+    uniq, inv = np.unique(op_ref[cand], return_inverse=True)
+    found = [idx.anchor_of(int(o)) for o in uniq.tolist()]  # one chain walk per distinct op
+    memo: dict[tuple, int | None] = {}  # (anchor, the event's path, its layer, has a region) -> layer or None
+    for j, u in zip(cand.tolist(), inv.reshape(-1).tolist()):
+        anchor, role = found[u]
         if role is None or role == out.role[j]:
             continue
-        a_code = _path_codes(ops, np.array([anchor]))[0]
-        a_path = profile.string(int(a_code)) if a_code >= 0 else ""
-        k_path = profile.string(int(codes[j])) if codes[j] >= 0 else ""
-        if out.region[j] is not None and a_path and k_path.startswith(a_path + SEP):
-            continue  # a module nested inside the op: the module is innermost
-        layer = int(out.layer[j])
-        if out.region[j] is None:
-            base = idx.of_path(int(ranks[j]), int(a_code)) if a_code >= 0 else None
-            layer = base.layer if base is not None else -1
-        if layer < 0 and role not in _MODEL_ROLES:
-            # no layer from any module: a layer-less `moe.routed` would let FP001 pass on a trace whose shared
-            # expert GEMMs run inside `vllm::moe_forward_shared` with nothing to tell them apart: leave it unknown
+        key = (anchor, int(codes[j]), int(out.layer[j]), out.region[j] is None, int(ranks[j]))
+        if key not in memo:
+            memo[key] = _anchor_layer(profile, idx, ops, anchor, role, key)
+        layer = memo[key]
+        if layer is None:
             continue
         out.layer[j], out.role[j], out.region[j] = layer, role, region_name(layer, role)
         out.source[j] = out.source[j] or "op"
+
+
+def _anchor_layer(profile: Any, idx: StructureIndex, ops: dict[str, np.ndarray], anchor: int, role: str,
+                  key: tuple) -> int | None:
+    """The layer an anchor op gives an event (key: anchor, event path code, event layer, event has no region,
+    rank); None when the anchor does not apply."""
+    _, code, layer, no_region, rank = key
+    a_code = int(_path_codes(ops, np.array([anchor]))[0])
+    a_path = profile.string(a_code) if a_code >= 0 else ""
+    k_path = profile.string(code) if code >= 0 else ""
+    if not no_region and a_path and k_path.startswith(a_path + SEP):
+        return None  # a module nested inside the op: the module is innermost
+    if no_region:
+        base = idx.of_path(rank, a_code) if a_code >= 0 else None
+        layer = base.layer if base is not None else -1
+    if layer < 0 and role not in _MODEL_ROLES:
+        # no layer from any module: a layer-less `moe.routed` would let FP001 pass on a trace whose shared
+        # expert GEMMs run inside `vllm::moe_forward_shared` with nothing to tell them apart: leave it unknown
+        return None
+    return layer
