@@ -50,6 +50,10 @@ def test_markers_ranks_and_modules():
     assert parse_label("model.layers.3.self_attn").role == "attn.core"  # the six copies disagreed here
     assert parse_label("model.layers.3.mlp (Qwen3MoeSparseMoeBlock)").name == "layers.3.moe"  # a MoE block, by class
     assert parse_label("model.layers.3.mlp (Qwen3MoeMLP)").name == "layers.3.mlp"
+    # vLLM: SharedExperts is created inside FusedMoE (fused_moe/shared_experts.py), the routed experts are `experts`
+    assert parse_label("model.layers.3.mlp.experts.shared_experts (SharedExperts)").name == "layers.3.moe.shared"
+    assert parse_label("model.layers.3.mlp.experts (FusedMoE)").name == "layers.3.moe.routed"
+    assert parse_label("model.layers.3.mlp.shared_expert_gate").name == "layers.3.moe.shared"
     assert [rank_from_name(n) for n in ("rank-3.json", "trace_rank3.db", "out.rank_12.csv", "crank3.json",
                                          "rank30x.json", "x.json")] == [3, 3, 12, None, None, None]
     assert rank_from_text("MPI Rank 3") == 3 and rank_from_text("no rank here") is None
