@@ -323,3 +323,28 @@ def test_other_vllm_moe_layouts(tmp_path, layout):
     r = {x.id: x.status for x in verify(p).results}
     assert r["shared-expert-separate"] == ("fail" if want_shared else "pass")
     assert r["routed-experts-grouped"] == "pass" and r["no-expert-loop-gemms"] == "pass"
+
+
+# ------------------------------------------------------ a real vLLM Qwen2-MoE trace (tests/data/vllm_own)
+def test_real_qwen2_moe_eager_trace():
+    """vLLM 0.26's own trace of Qwen2-MoE (tests/data/vllm_own/README.md; vllm/model_executor/models/qwen2_moe.py):
+    the shared expert (Qwen2MoeMLP with its shared_expert_gate, a ReplicatedLinear) runs inside SharedExperts in
+    every MoE layer -> FP001 FAIL; fused_moe_kernel -> grouped PASS, no loop PASS. With shapes alone (--model) the
+    unified_attention ops anchor the layers: every forward splits into the config's 4 layers and every GEMM,
+    the shared_expert_gate's N=1 included, matches a per-rank weight shape."""
+    from mmprof.analysis.shape_match import match_profile
+    from mmprof.modelspec import ModelSpec
+
+    p = import_paths([data_file("vllm_own", "qwen2moe_eager_b8_first6.pt.trace.json.gz")])
+    r = {x.id: x for x in verify(p).results}
+    assert r["shared-expert-separate"].status == "fail" and "layers 0-3" in r["shared-expert-separate"].evidence[0]
+    assert r["routed-experts-grouped"].status == "pass" and r["no-expert-loop-gemms"].status == "pass"
+    frame = events_of(p)
+    k = frame.table == 0
+    fam = np.asarray(frame.family.astype(object))
+    shared_gemms = k & (frame.role == "moe.shared") & (fam == "gemm")
+    assert int(shared_gemms.sum()) == 3 * 4 * 6  # gate_up, down, shared_expert_gate x 4 layers x 6 steps
+    ss = match_profile(p, ModelSpec.load(data_file("vllm_own", "qwen2moe_config.json")))
+    rep = ss.report
+    assert rep.forwards == rep.forwards_layered == 6
+    assert rep.gemms == rep.matched == 150 and not rep.unexplained and not rep.ambiguous
