@@ -16,8 +16,9 @@ Every importer and analysis reads labels through this module, so one spelling me
 - **rank** from a file name: `rank-3`, `rank_3`, `trace.rank3.db` (a separate word; not `crank3`, not `rank30x`);
 - **regions**: a scope label or module path -> `Region(layer, role, name, source)`. The role tables live in
   `mmprof/rules/roles.toml` (data): module-path suffixes after the layer index (`model.layers.12.mlp.experts`
-  -> `moe.routed`), model-level names (`lm_head`), and nn.Module class names -> kinds -> roles for the module
-  trees of `with_stack` traces (used by `mmprof.analysis.structure`).
+  -> `moe.routed`), model-level names (`lm_head`), nn.Module class names -> kinds -> roles for the module
+  trees of `with_stack` traces, and engine custom ops (`vllm::moe_forward_shared`) -> roles, as region anchors
+  (used by `mmprof.analysis.structure`).
 
 A region records where it came from (`source`): `annotation` (an explicit label: mmprof's scope labels, module
 paths in record_function / NVTX / roctx ranges, `mmprof record`'s module ranges), `module` (nn.Module events
@@ -37,7 +38,7 @@ from mmprof.fileio import read_toml
 from mmprof.profiles.schema import MAX_RANK as _MAX_RANK
 
 ROLES_FILE = Path(__file__).resolve().parent / "rules" / "roles.toml"
-SOURCES = ("annotation", "module", "shape")
+SOURCES = ("annotation", "module", "op", "shape")
 PHASES = ("prefill", "decode", "mixed")
 MAX_STEP = 2**31 - 1
 MAX_RANK = _MAX_RANK  # ranks and world sizes beyond this are not ranks (a file that says so is refused)
@@ -225,6 +226,7 @@ class RoleRules:
     model: tuple[_Rule, ...]
     classes: tuple[_Rule, ...]
     contexts: tuple[tuple[str, str, str], ...]  # (kind, parent kind, role)
+    ops: tuple[_Rule, ...] = ()                 # CPU op name -> role (engine custom ops as region anchors)
 
     def path_role(self, suffix: str) -> str | None:
         for r in self.paths:
@@ -235,6 +237,10 @@ class RoleRules:
 
     def model_role(self, label: str) -> str | None:
         return next((r.key for r in self.model if r.regex.search(label)), None)
+
+    def op_role(self, op: str) -> str | None:
+        """Role a CPU op anchors (`vllm::moe_forward_shared` -> moe.routed); None for ops that name no region."""
+        return next((r.key for r in self.ops if r.regex.search(op)), None)
 
     def kind(self, cls: str) -> str | None:
         """Kind of an nn.Module class name (decoder_layer, attention, moe_block, mlp, ...); None when unknown."""
@@ -273,7 +279,7 @@ def load_roles(path: str | Path = ROLES_FILE) -> RoleRules:
             raise BadInput(f"{where}: [[context]] #{i + 1}: needs string `kind`, `parent` and `role`")
         contexts.append((c["kind"], c["parent"], c["role"]))
     return RoleRules(_compile(doc, "path", "role", where), _compile(doc, "model", "role", where),
-                     _compile(doc, "class", "kind", where), tuple(contexts))
+                     _compile(doc, "class", "kind", where), tuple(contexts), _compile(doc, "op", "role", where))
 
 
 @lru_cache(maxsize=1)

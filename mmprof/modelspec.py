@@ -38,6 +38,7 @@ class ModelSpec:
     moe_intermediate: int = 0
     shared_intermediate: int = 0  # per shared expert
     n_shared_experts: int = 0
+    shared_expert_gate: bool = False  # Qwen2-MoE: a [1, hidden] sigmoid gate on the shared expert's output
     n_experts: int = 0
     top_k: int = 0
     # MLA (DeepSeek): q_lora_rank 0 means q is one projection
@@ -269,7 +270,9 @@ def _qwen(tc: dict, s: ModelSpec, where: str) -> None:
     s.mlp_types = ["dense" if i in dense or (i + 1) % step else "moe" for i in range(n)]
     shared = _int(tc, "shared_expert_intermediate_size", where, default=0)
     if shared:
-        s.n_shared_experts, s.shared_intermediate = 1, shared
+        # Qwen2MoeSparseMoeBlock (transformers and vllm/model_executor/models/qwen2_moe.py): shared_expert plus
+        # shared_expert_gate, a Linear(hidden, 1) (Qwen3-MoE has neither)
+        s.n_shared_experts, s.shared_intermediate, s.shared_expert_gate = 1, shared, True
 
 
 def _mixtral(tc: dict, s: ModelSpec, where: str) -> None:

@@ -14,8 +14,9 @@ import pytest
 
 from mmprof.analysis.events import events_of
 from mmprof.importers import import_paths
-from mmprof.labels import (is_marker, module_event, parse_label, parse_path, phase_of, rank_from_name, rank_from_text,
-                           region_pattern, roles, step_of)
+from mmprof.errors import BadInput
+from mmprof.labels import (is_marker, load_roles, module_event, parse_label, parse_path, phase_of, rank_from_name,
+                           rank_from_text, region_pattern, roles, step_of)
 
 from .conftest import data_file
 
@@ -49,6 +50,10 @@ def test_markers_ranks_and_modules():
     assert parse_label("model.layers.3.self_attn").role == "attn.core"  # the six copies disagreed here
     assert parse_label("model.layers.3.mlp (Qwen3MoeSparseMoeBlock)").name == "layers.3.moe"  # a MoE block, by class
     assert parse_label("model.layers.3.mlp (Qwen3MoeMLP)").name == "layers.3.mlp"
+    # vLLM: SharedExperts is created inside FusedMoE (fused_moe/shared_experts.py), the routed experts are `experts`
+    assert parse_label("model.layers.3.mlp.experts.shared_experts (SharedExperts)").name == "layers.3.moe.shared"
+    assert parse_label("model.layers.3.mlp.experts (FusedMoE)").name == "layers.3.moe.routed"
+    assert parse_label("model.layers.3.mlp.shared_expert_gate").name == "layers.3.moe.shared"
     assert [rank_from_name(n) for n in ("rank-3.json", "trace_rank3.db", "out.rank_12.csv", "crank3.json",
                                          "rank30x.json", "x.json")] == [3, 3, 12, None, None, None]
     assert rank_from_text("MPI Rank 3") == 3 and rank_from_text("no rank here") is None
@@ -63,6 +68,72 @@ def test_role_rules_are_data_with_checked_examples():
     assert r.paths and r.model and r.classes and r.contexts
     assert r.kind("MiniMaxM3VLSparseMoeBlock") == "moe_block" and r.kind("Qwen3MoeRotaryEmbedding") == "rotary"
     assert r.context_role("mlp", "moe_block") == "moe.shared" and r.context_role("norm", "model") == "final_norm"
+
+
+# vLLM's module classes -> kind, from vLLM's source: vllm/model_executor/layers/linear.py (the parallel linears),
+# fused_moe/layer.py (FusedMoE, SharedFusedMoE), fused_moe/runner/ (MoERunner), fused_moe/shared_experts.py
+# (SharedExperts), logits_processor.py, v1/sample/sampler.py, and the model files named beside each MoE block.
+VLLM_CLASSES = [
+    ("QKVParallelLinear", "linear"), ("MergedColumnParallelLinear", "linear"), ("RowParallelLinear", "linear"),
+    ("ReplicatedLinear", "linear"), ("GateLinear", "linear"), ("ColumnParallelLinear", "linear"),
+    ("MinimaxM3QKVParallelLinearWithIndexer", "linear"),  # a projection with the index q/k fused in, not an indexer
+    ("FusedMoE", "fused_moe"), ("SharedFusedMoE", "fused_moe"), ("MoERunner", "fused_moe"),
+    ("SharedExperts", "shared_experts"), ("LogitsProcessor", "lm_head"), ("Sampler", "sampler"),
+    ("VocabParallelEmbedding", "embedding"), ("Attention", "attention"), ("MLAAttention", "attention"),
+    ("MultiHeadLatentAttentionWrapper", "attention"), ("DeepseekV2MLAAttention", "attention"),
+    ("MiniMaxM3SparseAttention", "attention"), ("OAIAttention", "attention"),
+    ("MiniMaxM3Indexer", "indexer"), ("Indexer", "indexer"),  # deepseek_v2.py (V3.2's lightning indexer)
+    ("MiniMaxM3MoE", "moe_block"), ("DeepseekV2MoE", "moe_block"), ("Qwen2MoeSparseMoeBlock", "moe_block"),
+    ("Qwen3MoeSparseMoeBlock", "moe_block"), ("MixtralMoE", "moe_block"), ("Glm4MoE", "moe_block"),
+    ("MiniMaxM3DecoderLayer", "decoder_layer"), ("DeepseekV2DecoderLayer", "decoder_layer"),
+    ("TransformerBlock", "decoder_layer"),  # gpt_oss.py; its MoE block `MLPBlock` is one by its experts child
+    ("Qwen2MoeMLP", "mlp"), ("DeepseekV2MLP", "mlp"), ("MiniMaxM3MLP", "mlp"), ("MiniMAXGemmaRMSNorm", "norm"),
+]
+
+# vLLM's custom ops -> the region they anchor (registered with direct_register_custom_op / TORCH_LIBRARY)
+VLLM_OPS = [
+    ("vllm::moe_forward", "moe.routed"), ("vllm::moe_forward_shared", "moe.routed"),
+    ("_moe_C::moe_align_block_size", "moe.routed"), ("_moe_C::moe_sum", "moe.routed"),
+    ("_moe_C::topk_softmax", "moe.router"), ("_moe_C::topk_sigmoid", "moe.router"),
+    ("_moe_C::grouped_topk", "moe.router"),
+    ("vllm::unified_attention", "attn.core"), ("vllm::unified_attention_with_output", "attn.core"),
+    ("vllm::unified_kv_cache_update", "attn.core"), ("_C_cache_ops::reshape_and_cache_flash", "attn.core"),
+    ("_vllm_fa3_C::fwd", "attn.core"), ("vllm::sparse_attn_indexer", "attn.indexer"),
+    ("_C::rotary_embedding", "attn.norm_rope"), ("_C::fused_minimax_m3_qknorm_rope_kv_insert", "attn.norm_rope"),
+    # not anchors: per-step metadata, activations and norms (their module says where they run)
+    ("_vllm_fa3_C::get_scheduler_metadata", None), ("_C::silu_and_mul", None), ("_C::rms_norm", None),
+    ("aten::mm", None),
+]
+
+
+@pytest.mark.parametrize("cls, kind", VLLM_CLASSES)
+def test_vllm_classes(cls, kind):
+    assert roles().kind(cls) == kind
+
+
+@pytest.mark.parametrize("op, role", VLLM_OPS)
+def test_vllm_custom_ops(op, role):
+    assert roles().op_role(op) == role
+
+
+def test_vllm_contexts():
+    """SharedExperts is the shared expert wherever it is called (inside FusedMoE's op included); an MLP called
+    inside vLLM's fused-MoE layer is the shared expert (vLLM has no per-expert modules)."""
+    r = roles()
+    assert r.context_role("shared_experts", "fused_moe") == "moe.shared"
+    assert r.context_role("mlp", "fused_moe") == "moe.shared"
+    assert r.context_role("fused_moe", "moe_block") == "moe.routed"
+    assert r.context_role("lm_head", None) == "lm_head" and r.context_role("sampler", None) == "sampler"
+
+
+def test_bad_op_rule_is_refused(tmp_path):
+    p = tmp_path / "roles.toml"
+    p.write_text('[[op]]\nrole = "moe.routed"\npattern = "^vllm::moe("\n')
+    with pytest.raises(BadInput, match="bad regex"):
+        load_roles(p)
+    p.write_text('[[op]]\nrole = "moe.routed"\npattern = "^vllm::moe_forward$"\nexample = "vllm::other"\n')
+    with pytest.raises(BadInput, match="does not match"):
+        load_roles(p)
 
 
 # --------------------------------------------------------------------------------------- importer paths

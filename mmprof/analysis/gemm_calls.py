@@ -11,7 +11,10 @@ import re
 
 GEMM_OPS = re.compile(r"(^|::|\.)(mm|addmm|bmm|baddbmm|matmul|linear|_grouped_mm|grouped_mm|_scaled_mm|"
                       r"_scaled_grouped_mm)(\.default|\.out|\.Tensor)?$|gemm|GroupedMM|fused_moe|fused_experts", re.I)
-ATTN_OPS = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|cudnn_attention|flash_attn", re.I)
+# attention calls: SDPA-style ops, and engine attention ops whose inputs are q, k, v ([T, H, D], varlen): vLLM's
+# `vllm::unified_attention` / `unified_attention_with_output` (vllm/model_executor/layers/attention/attention.py)
+ATTN_OPS = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|cudnn_attention|flash_attn|"
+                      r"^vllm::unified_attention(?:_with_output)?$", re.I)
 
 
 def _base(op: str) -> str:

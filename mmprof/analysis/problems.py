@@ -148,6 +148,8 @@ def _moe(s: ModelSpec, tp: int, ep: int) -> list[Problem]:
                 Problem("moe.routed", "expert.down", h, i, sharded=sharded, loop=True)]
     if s.n_shared_experts:
         out += _mlp("shared.", "moe.shared", s.shared_intermediate * s.n_shared_experts, h, tp, True)
+        if s.shared_expert_gate:  # N = 1: no TP layout shards it
+            out.append(Problem("moe.shared", "shared.expert_gate", 1, h))
     return out
 
 

@@ -107,6 +107,8 @@ def _attention_call(name: str, dims: list, spec: ModelSpec, tp: int) -> tuple[in
     """(heads, head dim) of an attention call: an SDPA-style op, or a 4-D product of activations whose head axis
     ([B, H, T, D] or [B, T, H, D]) holds a head count of the model and whose last axis a head dim."""
     s = [d for d in dims if isinstance(d, list)]
+    if len(s) >= 2 and len(s[0]) == len(s[1]) == 3 and ATTN_OPS.search(name):
+        return s[0][1], s[0][2]  # varlen [T, H, D] (vLLM's unified_attention, flash-attention varlen)
     if len(s) < 2 or len(s[0]) != 4 or len(s[1]) != 4:
         return None
     q, k = s[0], s[1]

@@ -25,6 +25,10 @@ import numpy as np
 from mmprof.labels import SEP, Region, module_event, parse_path, region_name, roles
 
 NONE = -1
+# a module with a child of one of these kinds is a MoE block whatever its class name (gpt-oss: `MLPBlock`)
+_MOE_CHILD = ("experts", "router", "fused_moe", "shared_experts")
+_MODEL_ROLES = ("embed", "lm_head", "final_norm", "sampler", "rope")
+_KEEP = ("moe.routed", "moe.shared", "attn.indexer", "lm_head", "embed", "sampler")
 
 
 @dataclass
@@ -105,12 +109,13 @@ def module_trees(profile: Any) -> dict[int, ModuleTree]:
         layers = sorted((m for m in mods.values() if m.kind == "decoder_layer"), key=lambda m: m.first_ns)
         layer_of = {m.name: k for k, m in enumerate(layers)}
         moe = {m.name for m in mods.values()
-               if m.kind == "moe_block" or any(mods[c].kind in ("experts", "router") for c in m.children if c in mods)}
+               if m.kind == "moe_block" or (m.kind not in ("fused_moe", "experts", "shared_experts")
+                                            and any(mods[c].kind in _MOE_CHILD for c in m.children if c in mods))}
         o_proj = {max(calls)[1] for (rr, _), calls in linear_calls.items() if rr == r and len(calls) > 1}
         routed = set()
         for b in moe:
             kids = [mods[c] for c in mods[b].children if c in mods] if b in mods else []
-            if not any(k.kind == "experts" for k in kids):
+            if not any(k.kind in ("experts", "fused_moe") for k in kids):
                 routed |= {k.name for k in kids if k.kind == "mlp"}
         trees[r] = ModuleTree(mods, layer_of, moe, o_proj, routed)
     return trees
@@ -137,8 +142,7 @@ def _module_region(tree: ModuleTree, chain: list[str]) -> Region | None:
         else:
             r = rules.context_role(kind, parent_kind)
         # a module inside experts / the shared expert / the indexer keeps that role (their linears, norms)
-        if r is not None and not (role in ("moe.routed", "moe.shared", "attn.indexer", "lm_head", "embed")
-                                  and r not in ("moe.routed", "moe.shared", "attn.indexer")):
+        if r is not None and not (role in _KEEP and r not in ("moe.routed", "moe.shared", "attn.indexer")):
             role = r
         parent_kind = kind
     if role is None:
@@ -176,6 +180,8 @@ class StructureIndex:
         self.profile = profile
         self.trees = module_trees(profile)
         self._cache: dict[tuple[int, int], Region | None] = {}
+        self._anchor: dict[int, tuple[int, str | None]] = {}
+        self._op_role: dict[int, str | None] = {}
 
     def of_path(self, rank: int, code: int) -> Region | None:
         key = (rank, code)
@@ -190,6 +196,32 @@ class StructureIndex:
                 r = _module_region(self.trees[rank], chain)
         self._cache[key] = r
         return r
+
+    def anchor_of(self, op: int) -> tuple[int, str | None]:
+        """The innermost op at or above CPU op `op` that the role rules name a region anchor ([[op]] in
+        rules/roles.toml), and its role; (-1, None) when none."""
+        hit = self._anchor.get(op)
+        if hit is not None:
+            return hit
+        ops = self.profile.tables["ops"]
+        rules = roles()
+        chain, o, found = [], op, (-1, None)
+        while o >= 0 and len(chain) < 256:
+            if o in self._anchor:
+                found = self._anchor[o]
+                break
+            chain.append(o)
+            code = int(ops["name"][o])
+            role = self._op_role.get(code, "")
+            if role == "":
+                role = self._op_role[code] = rules.op_role(self.profile.string(code) or "") if rules.ops else None
+            if role is not None:
+                found = (o, role)
+                break
+            o = int(ops["parent"][o]) if "parent" in ops else -1
+        for c in chain:
+            self._anchor[c] = found
+        return found
 
     def regions_for_codes(self, ranks: np.ndarray, codes: np.ndarray) -> Regions:
         n = len(codes)
@@ -230,14 +262,19 @@ def regions(profile: Any, table: str, rows: np.ndarray | None = None, index: Str
     out = idx.regions_for_codes(ranks, _path_codes(t, rows))
     # the launching op's labels for events whose own labels name no region
     op_ref = _op_of(profile, table, rows)
-    missing = (out.region == None) & (op_ref >= 0)  # noqa: E711
+    # (and for events whose own label has no layer - a copy that records only its innermost scope - when the op's
+    # labels give one)
+    missing = ((out.region == None) | (out.layer < 0)) & (op_ref >= 0)  # noqa: E711
     if missing.any() and profile.n("ops"):
         ops = profile.tables["ops"]
         sub = idx.regions_for_codes(ops["rank"][op_ref[missing]], _path_codes(ops, op_ref[missing]))
         part = Regions.empty(len(rows))
         for a in ("layer", "role", "region", "source"):
             getattr(part, a)[missing] = getattr(sub, a)
-        out.fill(missing, part)
+        better = missing & (part.region != None) & ((out.region == None) | (part.layer >= 0))  # noqa: E711
+        for a in ("layer", "role", "region", "source"):
+            getattr(out, a)[better] = getattr(part, a)[better]
+    _apply_op_anchors(profile, idx, t, rows, op_ref, out)
     if shape_regions is not None:
         has = op_ref >= 0
         part = Regions.empty(len(rows))
@@ -260,3 +297,55 @@ def _op_of(profile: Any, table: str, rows: np.ndarray) -> np.ndarray:
         via = np.where(la >= 0, lops[np.clip(la, 0, len(lops) - 1)], -1)
         op = np.where(op >= 0, op, via)
     return op
+
+
+def _apply_op_anchors(profile: Any, idx: StructureIndex, t: dict[str, np.ndarray], rows: np.ndarray,
+                      op_ref: np.ndarray, out: Regions) -> None:
+    """Engine custom ops as region anchors (rules/roles.toml [[op]]): the kernels an anchor op launches take its
+    role, in the layer the module tree gives, unless a module is nested inside the op (innermost wins: vLLM's
+    SharedExperts inside `vllm::moe_forward_shared` stays moe.shared). Explicit annotations always win. With no
+    layer from the module tree, a layer-level anchor names nothing (the kernel stays unattributed)."""
+    if not profile.n("ops") or not roles().ops or not len(rows):
+        return
+    ops = profile.tables["ops"]
+    codes = _path_codes(t, rows)
+    ranks = t["rank"][rows]
+    src_ok = np.array([x in (None, "module") for x in out.source], dtype=bool)
+    cand = np.flatnonzero((op_ref >= 0) & src_ok)
+    if not len(cand):
+        return
+    uniq, inv = np.unique(op_ref[cand], return_inverse=True)
+    found = [idx.anchor_of(int(o)) for o in uniq.tolist()]  # one chain walk per distinct op
+    memo: dict[tuple, int | None] = {}  # (anchor, the event's path, its layer, has a region) -> layer or None
+    for j, u in zip(cand.tolist(), inv.reshape(-1).tolist()):
+        anchor, role = found[u]
+        if role is None or role == out.role[j]:
+            continue
+        key = (anchor, int(codes[j]), int(out.layer[j]), out.region[j] is None, int(ranks[j]))
+        if key not in memo:
+            memo[key] = _anchor_layer(profile, idx, ops, anchor, role, key)
+        layer = memo[key]
+        if layer is None:
+            continue
+        out.layer[j], out.role[j], out.region[j] = layer, role, region_name(layer, role)
+        out.source[j] = out.source[j] or "op"
+
+
+def _anchor_layer(profile: Any, idx: StructureIndex, ops: dict[str, np.ndarray], anchor: int, role: str,
+                  key: tuple) -> int | None:
+    """The layer an anchor op gives an event (key: anchor, event path code, event layer, event has no region,
+    rank); None when the anchor does not apply."""
+    _, code, layer, no_region, rank = key
+    a_code = int(_path_codes(ops, np.array([anchor]))[0])
+    a_path = profile.string(a_code) if a_code >= 0 else ""
+    k_path = profile.string(code) if code >= 0 else ""
+    if not no_region and a_path and k_path.startswith(a_path + SEP):
+        return None  # a module nested inside the op: the module is innermost
+    if no_region:
+        base = idx.of_path(rank, a_code) if a_code >= 0 else None
+        layer = base.layer if base is not None else -1
+    if layer < 0 and role not in _MODEL_ROLES:
+        # no layer from any module: a layer-less `moe.routed` would let FP001 pass on a trace whose shared
+        # expert GEMMs run inside `vllm::moe_forward_shared` with nothing to tell them apart: leave it unknown
+        return None
+    return layer

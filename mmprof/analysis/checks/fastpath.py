@@ -148,7 +148,8 @@ def _adjacent_pairs(computed: set[int], sparse: list[int] | None) -> list[tuple[
 
 
 # where an event's region label came from (mmprof.analysis.structure), for messages
-_LABEL_SOURCE = {"annotation": "scope labels", "module": "module events", "shape": "op shapes (--model)"}
+_LABEL_SOURCE = {"annotation": "scope labels", "module": "module events", "op": "engine custom ops",
+                 "shape": "op shapes (--model)"}
 
 
 @check("FP002")

@@ -8,8 +8,11 @@ import json
 from collections import Counter, defaultdict
 from typing import Any
 
+import numpy as np
+
 from mmprof.analysis.checks.registry import check
 from mmprof.analysis.gemm_calls import ATTN_OPS, GEMM_OPS, canonical  # noqa: F401 (re-exported)
+from mmprof.analysis.structure import regions
 from mmprof.labels import parse_path
 from mmprof.shapes_model import Call, Comparison, Finding
 
@@ -55,6 +58,15 @@ def _judge(call: Call, role: str, rs, kind: str, tokens: dict[str, int] | None, 
         return None if ok else (f"indexer matmul groups={g} K={k}: expected K={a.index_head_dim}"
                                 + (f", groups={batch * a.index_q_heads}" if batch else ""))
     gemms = rs.model_gemms if role == "lm_head" else [x for x in rs.kind(kind).gemms if x.scope == role]
+    if not gemms and role == "moe.shared":
+        # the layout the shapes were built for fuses the shared expert as one more slot of the routed weight
+        # (extra_rows); an engine that runs it as its own MLP (vLLM's SharedExperts) multiplies that slot's shape
+        slot = [x for x in rs.kind(kind).gemms if x.scope == "moe.routed" and x.extra_rows]
+        if any(g == 1 and n == e.n and k == e.k for e in slot):
+            return None
+        if slot:
+            return (f"shared expert M={m} N={n} K={k}: expected one expert's shape "
+                    + ", ".join(f"N={e.n} K={e.k}" for e in slot))
     if not gemms:
         return f"no {role} GEMM expected on a {kind} layer"
     phase_tokens = (tokens or {}).get(call.phase)
@@ -192,9 +204,9 @@ def _token_free(op: str, shapes: list[list[int]]) -> str:
     return json.dumps(c[1:] if c else [x[1:] for x in shapes if isinstance(x, list)])
 
 
-def calls_from_profile(profile, regions=None) -> list[Call]:
+def calls_from_profile(profile, shape_regions=None) -> list[Call]:
     """GEMM-like and attention ops with input shapes from a Profile's ops table. `regions` (per op, e.g. from
-    shape matching with --model) label the calls whose own scopes name no region."""
+    shape matching with --model; `shape_regions`) label the calls whose own scopes and structure name no region."""
     if profile.n("ops") == 0:
         return []
     ranks = profile.col("ops", "rank")
@@ -206,20 +218,23 @@ def calls_from_profile(profile, regions=None) -> list[Call]:
     steps = profile.col("ops", "step")
     parents = profile.col("ops", "parent")
     is_gemm = [bool(GEMM_OPS.search(nm or "") or ATTN_OPS.search(nm or "")) for nm in names]
+    keep = [i for i in range(len(names)) if is_gemm[i] and dims[i] and not _inside_gemm(i, parents, is_gemm)]
+    # the region each call ran in from the profile's structure: scope labels, else the module tree of with_stack
+    # traces (vLLM's QKVParallelLinear inside its attention, SharedExperts, ...) and engine ops as anchors
+    reg = regions(profile, "ops", np.asarray(keep, dtype=np.int64)).region if keep else []
+    region_of = {i: r for i, r in zip(keep, reg) if r is not None}
     out = []
-    for i in range(len(names)):
+    for i in keep:
         nm = names[i] or ""
-        if not is_gemm[i] or not dims[i] or _inside_gemm(i, parents, is_gemm):
-            continue
         try:
             shp = json.loads(dims[i])
         except ValueError:
             continue
         if not isinstance(shp, list) or not any(isinstance(x, list) and x for x in shp):
             continue
-        label = _region_label(paths[i] or "", scopes[i] or "")
-        if regions is not None and role_of(label) is None and regions.region[i]:
-            label = str(regions.region[i])
+        label = region_of.get(i) or _region_label(paths[i] or "", scopes[i] or "")
+        if i not in region_of and shape_regions is not None and role_of(label) is None and shape_regions.region[i]:
+            label = str(shape_regions.region[i])
         out.append(Call(int(ranks[i]), nm, [x if isinstance(x, list) else [] for x in shp], label,
                         phases[i] or "", int(steps[i])))
     return out
