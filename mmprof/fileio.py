@@ -14,6 +14,7 @@ file that cannot be written is one BadInput line.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
 import re
@@ -245,22 +246,33 @@ def read_toml(path: str | os.PathLike, what: str) -> dict:
 
 
 # -- writing ------------------------------------------------------------------------------------------------
-def atomic_write(path: str | os.PathLike, data: bytes, compress: bool | None = None) -> Path:
-    """Write `data` to `path` without ever leaving a half-written file or destroying an input.
+_pending: set[str] = set()  # temporary files being written: removed on any exit, SIGTERM and SIGINT included
 
-    A regular file is written through a temporary file in the same folder, then renamed into place: a crash
-    mid-write leaves the old file (or nothing). `path` may not be an input of the running command (same inode).
-    A symlink stays a symlink: its target is written. A device or FIFO (or `-`, stdout) is written directly.
-    The folder is created when missing. `compress` defaults to "the name ends in .gz".
-    """
-    if str(path) == "-":
-        out = sys.stdout.buffer
-        out.write(gzip.compress(data, compresslevel=6, mtime=0) if compress else data)
-        out.flush()
-        return Path("-")
+
+def pending_temporaries() -> set[str]:
+    """The temporary files of writes in progress (the CLI's SIGTERM handler removes them; tests look)."""
+    return set(_pending)
+
+
+def remove_temporaries() -> None:
+    """Remove every temporary file of a write in progress (called on SIGTERM / SIGHUP before exiting)."""
+    for tmp in list(_pending):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        _pending.discard(tmp)
+
+
+def check_output(path: str | os.PathLike) -> tuple[Path, os.stat_result | None]:
+    """The one guard for output paths. Returns (the path to write, its stat or None when it does not exist).
+
+    Refused with one BadInput line: an input of the running command (same inode, so also through a hard link or a
+    symlink; `record` registers its wrapped script and every file named on its command line the same way), a
+    directory, a block device, a missing folder (never created silently), a path whose folder is a file, a FIFO no
+    process reads (it would hang). A symlink is followed (the link stays, its target is written); a character device
+    or a FIFO is written into, never replaced by a regular file."""
     p = Path(path)
-    if compress is None:
-        compress = p.suffix == ".gz"
     if p.is_symlink():
         p = Path(os.path.realpath(p))  # write the link's target; the link itself stays
     same = _input_named(p)
@@ -269,61 +281,130 @@ def atomic_write(path: str | os.PathLike, data: bytes, compress: bool | None = N
                        "output path")
     try:
         st = p.stat()
-    except (FileNotFoundError, NotADirectoryError):
-        st = None  # the folder is missing (or a file is in its way): _make_folder says which
-    except OSError as e:
-        raise BadInput(f"{path}: cannot write: {e.strerror or e}") from None
-    if compress:
-        data = gzip.compress(data, compresslevel=6, mtime=0)
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise BadInput(f"{path}: is a directory; give a file name to write")
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        raise BadInput(f"{path}: cannot write: a file is in the way of its folder {p.parent}") from None
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{path}: cannot write: {getattr(e, 'strerror', None) or e}") from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise BadInput(f"{path}: is a directory; give a file name to write")
+        if stat.S_ISBLK(st.st_mode):
+            raise BadInput(f"{path}: is a block device; refusing to write a report onto it")
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            raise BadInput(f"{path}: is not a regular file, a character device or a FIFO; cannot write it")
+        return p, st
+    folder = p.parent
+    try:
+        fst = folder.stat()
+    except FileNotFoundError:
+        raise BadInput(f"{path}: its folder {folder} does not exist; create it first (mmprof creates no "
+                       "folders for outputs)") from None
+    except NotADirectoryError:
+        raise BadInput(f"{path}: cannot write: a file is in the way of its folder {folder}") from None
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{path}: cannot write in {folder}: {getattr(e, 'strerror', None) or e}") from None
+    if not stat.S_ISDIR(fst.st_mode):
+        raise BadInput(f"{path}: cannot write: its folder {folder} is a file")
+    return p, None
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, compress: bool | None = None, level: int = 6) -> Iterator:
+    """A binary file to write `path` through, guarded by `check_output`; see `atomic_write`. Streams: nothing is
+    held in memory. An error inside the block (or SIGTERM / SIGINT) removes the temporary file; OS errors (disk
+    full, file too large, read-only folder, permission denied) are one BadInput line."""
+    if str(path) == "-":
+        out = sys.stdout.buffer
+        with _write_errors(path):
+            if compress:
+                with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=level, mtime=0) as g:
+                    yield g
+            else:
+                yield out
+            out.flush()
+        return
+    p, st = check_output(path)
+    if compress is None:
+        compress = p.suffix == ".gz"
     if st is not None and not stat.S_ISREG(st.st_mode):
-        return _write_special(p, path, data)
-    _make_folder(p.parent, path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    except OSError as e:
-        raise BadInput(f"{path}: cannot write in {p.parent}: {e.strerror or e}") from None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, (st.st_mode & 0o7777) if st is not None else 0o666 & ~umask)  # keep an old file's mode
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise BadInput(f"{path}: cannot write: {e.strerror or e}") from None
-        raise
-    return p
-
-
-def _make_folder(folder: Path, path) -> None:
-    if folder.is_dir():
+        with _write_errors(path), _open_special(p, st, path) as raw:
+            if compress:
+                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level, mtime=0) as g:
+                    yield g
+            else:
+                yield raw
         return
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise BadInput(f"{path}: cannot create its folder {folder}: a file of that name is in the way") from None
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     except (OSError, ValueError) as e:
-        raise BadInput(f"{path}: cannot create its folder {folder}: {getattr(e, 'strerror', None) or e}") from None
-
-
-def _write_special(p: Path, path, data: bytes) -> Path:
-    """A device, FIFO or socket path: write into it, never rename over it (the node stays as it is)."""
+        raise BadInput(f"{path}: cannot write in {p.parent}: {getattr(e, 'strerror', None) or e}") from None
+    _pending.add(tmp)
     try:
-        with open(p, "wb") as f:
-            f.write(data)
-            f.flush()
+        with _write_errors(path):
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, (st.st_mode & 0o7777) if st is not None else 0o666 & ~umask)  # keep an old file's mode
+            with os.fdopen(fd, "wb") as raw:
+                if compress:
+                    with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level, mtime=0) as g:
+                        yield g
+                else:
+                    yield raw
+                raw.flush()
+                os.fsync(raw.fileno())
+            os.replace(tmp, p)
+    finally:
+        if os.path.lexists(tmp):
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        _pending.discard(tmp)
+
+
+@contextlib.contextmanager
+def _write_errors(path) -> Iterator[None]:
+    try:
+        yield
     except OSError as e:
         raise BadInput(f"{path}: cannot write: {e.strerror or e}") from None
-    return p
+
+
+@contextlib.contextmanager
+def _open_special(p: Path, st: os.stat_result, path) -> Iterator:
+    """A character device or FIFO, opened for writing without truncating or replacing it. A FIFO is opened
+    non-blocking first: with no reader that is one line, never a hang."""
+    if stat.S_ISFIFO(st.st_mode):
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno == errno.ENXIO:
+                raise BadInput(f"{path}: a FIFO that no process is reading; start the reader first") from None
+            raise
+        os.set_blocking(fd, True)
+    else:
+        fd = os.open(p, os.O_WRONLY)
+    with os.fdopen(fd, "wb") as f:
+        yield f
+        f.flush()
+
+
+def atomic_write(path: str | os.PathLike, data: bytes, compress: bool | None = None) -> Path:
+    """Write `data` to `path` without ever leaving a half-written file or destroying an input.
+
+    A regular file is written through a temporary file in the same folder, then renamed into place: a crash
+    mid-write leaves the old file (or nothing). `path` may not be an input of the running command (same inode).
+    A symlink stays a symlink: its target is written. A character device or FIFO (or `-`, stdout) is written
+    into. A missing folder is refused (`check_output`). `compress` defaults to "the name ends in .gz".
+    """
+    with atomic_output(path, compress) as f:
+        f.write(data)
+    if str(path) == "-":
+        return Path("-")
+    p = Path(path)
+    return Path(os.path.realpath(p)) if p.is_symlink() else p
 
 
 def sqlite_connect(path: str | os.PathLike):

@@ -14,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -323,28 +324,99 @@ def test_symlink_outputs_write_their_target_and_stay_links(tmp_path, profile_fil
     assert code in (0, 1) and link.is_symlink() and target.read_text().startswith("<!DOCTYPE html>")
 
 
-def test_output_folders_are_created_or_refused_in_one_line(tmp_path, profile_file, capsys):
-    code, _, _ = _cli(["report", profile_file, "--markdown", tmp_path / "a" / "b" / "r.md"], capsys)
-    assert code in (0, 1) and (tmp_path / "a" / "b" / "r.md").exists()
+def test_missing_output_folders_are_refused_never_created(tmp_path, profile_file, capsys):
+    """docs/limits.md: mmprof creates no folders for outputs (a typo in a path must not scatter folders)."""
+    for args in (["report", profile_file, "--markdown", tmp_path / "a" / "b" / "r.md"],
+                 ["export", profile_file, "-o", tmp_path / "a" / "x.json"],
+                 ["import", profile_file, "-o", tmp_path / "a" / "p.json"]):
+        code, _, err = _cli(args, capsys)
+        assert code == 2 and "does not exist; create it first" in _one_error_line(err), args
+    assert not (tmp_path / "a").exists()
     (tmp_path / "file").write_text("x")
-    for out, needle in ((tmp_path / "file" / "r.md", "cannot create its folder"), (tmp_path, "is a directory")):
+    for out, needle in ((tmp_path / "file" / "r.md", "a file is in the way"), (tmp_path, "is a directory")):
         code, _, err = _cli(["report", profile_file, "--markdown", out], capsys)
         assert code == 2 and needle in _one_error_line(err)
+    assert (tmp_path / "file").read_text() == "x"
+
+
+@pytest.mark.parametrize("cmd", [["export", "{p}", "-o", "{out}"], ["import", "{p}", "-o", "{out}"],
+                                 ["report", "{p}", "--html", "{out}"], ["diff", "{p}", "{p}", "--markdown", "{out}"],
+                                 ["verify-fastpath", "{p}", "--junit", "{out}"]])
+def test_every_writer_refuses_its_input_by_any_name(tmp_path, profile_file, capsys, cmd):
+    """The one guard (mmprof.fileio.check_output) is behind every command that writes: the input itself, a hard
+    link to it and a symlink to it are refused, exit 2, the input unchanged."""
+    os.link(profile_file, tmp_path / "hard")
+    (tmp_path / "soft").symlink_to(profile_file)
+    before = _digest(profile_file)
+    for out in (profile_file, tmp_path / "hard", tmp_path / "soft"):
+        code, _, err = _cli([a.format(p=profile_file, out=out) for a in cmd], capsys)
+        assert code == 2 and "refusing to write over an input" in _one_error_line(err), (cmd, out)
+    assert _digest(profile_file) == before and (tmp_path / "soft").is_symlink()
+
+
+def test_devices_and_fifos_are_never_replaced_by_a_regular_file(tmp_path, profile_file, capsys):
+    """A character device is written into (/dev/null: exit 0; /dev/full: disk full, one line, exit 2); a FIFO with
+    no reader is one line, never a hang; a FIFO with a reader receives the output; none becomes a regular file."""
+    code, _, _ = _cli(["export", profile_file, "-o", "/dev/null"], capsys)
+    assert code == 0 and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    code, _, err = _cli(["export", profile_file, "-o", "/dev/full"], capsys)
+    assert code == 2 and "No space left on device" in _one_error_line(err) and stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code, _, err = _cli(["export", profile_file, "-o", fifo], capsys)
+    assert code == 2 and "no process is reading" in _one_error_line(err) and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(os.listdir(tmp_path)) == sorted(["fifo", Path(profile_file).name])  # no .tmp left
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path, profile_file, monkeypatch, capsys):
+    """A write that fails half-way (here: the disk fills) leaves the old file and no `.tmp` beside it."""
+    import mmprof.fileio as fio
+
+    out = tmp_path / "r.md"
+    out.write_text("old")
+    real = os.fsync
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fio.os, "fsync", full)
+    code, _, err = _cli(["report", profile_file, "--markdown", out], capsys)
+    monkeypatch.setattr(fio.os, "fsync", real)
+    assert code == 2 and "No space left on device" in _one_error_line(err)
+    assert out.read_text() == "old" and [f.name for f in tmp_path.iterdir() if f.name.endswith(".tmp")] == []
+    assert fio.pending_temporaries() == set()
+
+
+def test_sigterm_mid_write_leaves_no_temporary_file(tmp_path, profile_file):
+    """SIGTERM while an export is written: exit 143, the temporary file removed (mmprof.cli.main's handler)."""
+    script = (f"import os, signal, mmprof.render.perfetto as pf\n"
+              f"real = pf.trace_chunks\n"
+              f"def slow(*a, **k):\n"
+              f"    for i, c in enumerate(real(*a, **k)):\n"
+              f"        yield c\n"
+              f"        os.kill(os.getpid(), signal.SIGTERM)\n"
+              f"pf.trace_chunks = slow\n"
+              f"from mmprof.cli import main\n"
+              f"main(['export', {str(profile_file)!r}, '-o', {str(tmp_path / 'x.json')!r}])\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 143 and "terminated by signal 15" in r.stderr, r.stderr
+    assert sorted(os.listdir(tmp_path)) == [Path(profile_file).name]
 
 
 def test_special_files_are_written_into_not_replaced(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    got = []
-
-    import threading
-
-    t = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
-    t.start()
-    with track_inputs():
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader is there before the write (`cat fifo &`)
+    try:
+        with track_inputs():
+            atomic_write(fifo, b"hello")
+        got = os.read(reader, 100)
+    finally:
+        os.close(reader)
+    assert got == b"hello" and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    with pytest.raises(BadInput, match="no process is reading"):  # no reader: one line, never a hang
         atomic_write(fifo, b"hello")
-    t.join(5)
-    assert got == [b"hello"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
     atomic_write("/dev/null", b"x")
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Any
 
@@ -12,23 +11,19 @@ from rich.console import Console
 
 from mmprof.fileio import atomic_write
 from mmprof.importers import import_paths
+from mmprof.render.safe import SafeConsole, json_text
 
 
 def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
-
-
-# characters a terminal acts on that JSON may carry raw (DEL, C1 controls, bidi marks, overrides and isolates; C0
-# controls are always escaped by the encoder): written as \\uXXXX escapes, the same JSON value, inert on a
-# terminal (outside strings JSON has only ASCII punctuation and whitespace, so only string contents change)
-_UNSAFE_JSON = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+    """The console every command prints through: mmprof.render.safe.SafeConsole makes names inert at the sink."""
+    return SafeConsole(stderr=stderr, highlight=False, soft_wrap=False)
 
 
 def echo_json(obj: Any) -> None:
     """Print one JSON document on stdout (numpy values allowed; terminal control characters escaped)."""
     text = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
                         | orjson.OPT_NON_STR_KEYS, default=_default).decode()
-    sys.stdout.write(_UNSAFE_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+    sys.stdout.write(json_text(text))  # DEL, C1, bidi controls, U+2028/2029 as \\uXXXX (mmprof.render.safe)
     sys.stdout.write("\n")
 
 
