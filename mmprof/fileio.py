@@ -32,7 +32,9 @@ UTF8_BOM = b"\xef\xbb\xbf"
 
 DEFAULT_MAX_INPUT_BYTES = 16 * 2**30   # 16 GiB of (decompressed) input per file
 DEFAULT_MAX_EVENTS = 50_000_000        # events / rows per file
-GZIP_RATIO = 200                       # real traces expand 8-20x; a bomb 1000x
+GZIP_RATIO = 64                        # real traces expand 4-20x; a bomb 1000x
+EVENTS_PER_GZIP_BYTE = 0.2             # real Kineto traces: at most 0.1 event per gzipped byte
+EVENTS_DENSITY_FLOOR = 1_000_000       # ... but any gzip may hold a million events
 GZIP_RATIO_FLOOR = 256 * 2**20         # ... but any gzip may expand to 256 MiB
 ENV_MAX_BYTES = "MMPROF_MAX_INPUT_BYTES"
 ENV_MAX_EVENTS = "MMPROF_MAX_EVENTS"
@@ -171,38 +173,69 @@ def read_bytes(path: str | os.PathLike) -> bytes:
 
 
 def _gunzip(p: Path, f, limit: int | None, size: int) -> bytes:
+    """Decompress within the limits, checked while streaming (never after): the byte limit, and the expansion
+    ratio against the compressed bytes read so far, so a bomb stops at GZIP_RATIO_FLOOR, not at its end."""
+    ratio = not os.environ.get(ENV_MAX_BYTES)  # a limit the user set replaces the ratio check
     cap = limit
-    if not os.environ.get(ENV_MAX_BYTES):  # a limit the user set replaces the ratio check
+    if ratio:
         ratio_cap = max(GZIP_RATIO_FLOOR, GZIP_RATIO * size)
         cap = ratio_cap if cap is None else min(cap, ratio_cap)
+
+    def expands_too_much(n: int) -> bool:
+        return ratio and n > GZIP_RATIO_FLOOR and n > GZIP_RATIO * max(1, f.tell())
+
     try:
         with gzip.GzipFile(fileobj=f, mode="rb") as g:
-            data = _read_capped(g, cap)
+            data = _read_capped(g, cap, stop=expands_too_much)
     except (EOFError, OSError, zlib.error) as e:
         raise BadInput(f"{p}: truncated or corrupt gzip ({e}); re-copy the file or re-run the capture") from None
-    if cap is not None and len(data) > cap:
-        if limit is not None and cap == limit:
+    if data is None or (cap is not None and len(data) > cap):
+        if data is not None and limit is not None and cap == limit:
             raise _too_big(p, limit, True)
-        raise BadInput(f"{p}: gzip expands more than {GZIP_RATIO}x its size (over {cap:,} bytes): a decompression "
-                       f"bomb, or an unusual file; set {ENV_MAX_BYTES}=SIZE (0 for no limit) to read it anyway")
+        raise BadInput(f"{p}: gzip expands more than {GZIP_RATIO}x its size (beyond {GZIP_RATIO_FLOOR // 2**20} "
+                       f"MiB): a decompression bomb, or an unusual file; set {ENV_MAX_BYTES}=SIZE (or mmprof "
+                       "--max-input-bytes SIZE, 0 for no limit) to read it anyway")
     if not data:
         raise BadInput(f"{p}: gzip holds an empty file")
     return data
 
 
-def _read_capped(f, cap: int | None, chunk: int = 64 * 2**20) -> bytes:
-    """Everything left in `f`, or the first cap + 1 bytes when there is more: read in chunks, so that a large cap
-    never becomes one allocation of that size."""
-    parts: list[bytes] = []
-    n = 0
-    while cap is None or n <= cap:
-        want = chunk if cap is None else min(chunk, cap + 1 - n)
+def _read_capped(f, cap: int | None, chunk: int = 16 * 2**20, stop=None) -> bytes | None:
+    """Everything left in `f`, or the first cap + 1 bytes when there is more (None when `stop(bytes so far)` says
+    so): read in chunks into one growing buffer, so that a large cap is never one allocation of that size."""
+    buf = bytearray()
+    while cap is None or len(buf) <= cap:
+        want = chunk if cap is None else min(chunk, cap + 1 - len(buf))
         b = f.read(want)
         if not b:
             break
-        parts.append(b)
-        n += len(b)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+        buf += b
+        if stop is not None and stop(len(buf)):
+            return None
+    return bytes(buf)
+
+
+def check_density(n_events: int, compressed_size: int, where: str) -> None:
+    """Refuse a gzip that holds far more events per compressed byte than any real trace (real Kineto traces hold
+    at most about 0.1 event per gzipped byte; the parsed events take about 500 bytes each): a small file that
+    would take gigabytes. Setting MMPROF_MAX_EVENTS (or --max-events) replaces this check by that limit."""
+    if os.environ.get(ENV_MAX_EVENTS):
+        return
+    cap = max(EVENTS_DENSITY_FLOOR, int(EVENTS_PER_GZIP_BYTE * compressed_size))
+    if n_events > cap:
+        raise BadInput(f"{where}: about {n_events:,} events in a {compressed_size:,}-byte gzip, more than "
+                       f"{EVENTS_PER_GZIP_BYTE} per compressed byte (real traces hold at most 0.1): parsing them "
+                       f"would take about {n_events * 500 // 2**20:,} MiB; set {ENV_MAX_EVENTS}=N (or mmprof "
+                       "--max-events N, 0 for no limit) to read it anyway")
+
+
+def gzip_size(path: str | os.PathLike) -> int | None:
+    """The on-disk size of `path` when it is a gzip (by content), else None: for `check_density`."""
+    try:
+        with open(path, "rb") as f:
+            return os.fstat(f.fileno()).st_size if f.read(2) == GZIP_MAGIC else None
+    except OSError:
+        return None
 
 
 def head_bytes(path: str | os.PathLike, n: int = 4096) -> bytes:

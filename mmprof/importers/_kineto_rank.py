@@ -14,6 +14,7 @@ import numpy as np
 from mmprof.importers._chrome import Args
 from mmprof.importers._kineto_comm import collectives
 from mmprof.importers._nesting import (
+    MAX_PATH_DEPTH,
     MAX_TIME_NS,
     Lanes,
     _ints,
@@ -254,13 +255,14 @@ class RankImporter:
         phase: list = [None] * n
         step = np.full(n, -1, np.int64)
         par = lanes.parent.tolist()
+        dep = lanes.depth.tolist()
         for i in lanes.order.tolist():  # parents come before children in this order
             p = par[i]
             nm = names[i]
             ph = phase_of(nm)
             sp = step_of(nm)
             if p >= 0:
-                path[i] = path[p] + " > " + nm
+                path[i] = path[p] + " > " + nm if dep[i] < MAX_PATH_DEPTH else path[p]  # bounded
                 phase[i] = phase[p] or ph  # the outermost label that names a phase
                 step[i] = sp if sp >= 0 else step[p]
             else:

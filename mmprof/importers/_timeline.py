@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from mmprof._version import __version__
 from mmprof.errors import BadInput
+from mmprof.importers._nesting import MAX_PATH_DEPTH
 from mmprof.labels import MAX_RANK, SEP, phase_of, phase_of_path, step_of, step_of_path
 from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
 from mmprof.profiles.schema import MAX_TIME_NS, TABLES
@@ -204,7 +205,7 @@ def attribute(nest: ScopeNest | None, tids: Sequence[int], times: Sequence[int]
         hit = cache.get(key)
         if hit is None:
             names = [nest.names[i] for i in chain]
-            hit = (names[-1] if names else None, SEP.join(names) if names else None, phase_of_path(names),
+            hit = (names[-1] if names else None, SEP.join(names[:MAX_PATH_DEPTH]) if names else None, phase_of_path(names),
                    step_of_path(names))
             cache[key] = hit
         if (hit[2] is None or hit[3] < 0) and ts is not None and ts >= 0:
