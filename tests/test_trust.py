@@ -460,3 +460,86 @@ def test_summary_matches_the_raw_csv(capsys):
     r = json.loads(out)["ranks"][0]
     assert code == 0 and r["kernels"] == len(rows)
     assert r["kernel_time_ns"] == sum(int(x["End_Timestamp"]) - int(x["Start_Timestamp"]) for x in rows)
+
+
+# -- record: the wrapped command's files, the trace folder, a killed record ---------------------------------------
+def _record(tmp_path, *args, cmd, timeout=180):
+    return subprocess.run([sys.executable, "-m", "mmprof", "record", *map(str, args), "--", *map(str, cmd)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_record_never_writes_over_the_wrapped_script_or_its_files(tmp_path):
+    """`record -o` onto the script it runs, or onto any file on the wrapped command line (`--cfg=FILE` too), is
+    refused before the command runs (mmprof.capture.record.protect_command_files + the output guard)."""
+    prog = tmp_path / "work.py"
+    prog.write_text("print('ran')\n")
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text("{}")
+    before = {f: _digest(f) for f in (prog, cfg)}
+    for out, cmd in ((prog, [sys.executable, prog]), (cfg, [sys.executable, prog, f"--cfg={cfg}"]),
+                     (cfg, [sys.executable, prog, cfg])):
+        r = _record(tmp_path, "-o", out, cmd=cmd)
+        assert r.returncode == 2 and "refusing to write over an input" in _one_error_line(r.stderr), r.stderr
+        assert "ran" not in r.stdout  # refused before the command ran
+    assert {f: _digest(f) for f in before} == before
+
+
+def test_record_keeps_files_in_the_trace_folder_it_did_not_write(tmp_path):
+    """The trace folder may hold a user's own files named like mmprof's (`rank0.pid1.partial`, `proc7.meta.json`):
+    record neither deletes nor reads them (only what this run wrote is collected)."""
+    tdir = tmp_path / "prof.traces"
+    tdir.mkdir()
+    mine = {"rank0.pid1.partial": "{\"pid\": 1, \"rank\": 0}", "proc7.meta.json": "notes", "proc1.forked": "x",
+            "rank3.pid9.seg0.pt.trace.json.gz": "not a trace"}
+    for n, text in mine.items():
+        (tdir / n).write_text(text)
+    r = _record(tmp_path, "-o", tmp_path / "prof.json.gz", cmd=[sys.executable, data_file("record", "plain_script.py")])
+    for n, text in mine.items():
+        assert (tdir / n).read_text() == text, n
+    assert "forked child" not in r.stderr and "rank 3" not in r.stderr
+
+
+def test_corrupt_partial_markers_are_warnings_not_internal_errors(tmp_path):
+    from mmprof.capture.record import collect
+
+    for i, text in enumerate(['{"pid": "x", "steps_seen": "many", "argv": 5, "dist": "r", "segments": 3}',
+                              '[1, 2]', '{"rank": 2e400, "world_size": -5, "notes": {"a": 1}}', '{"pid": 1',
+                              '\x00\xff']):
+        (tmp_path / f"rank{i}.pid{i}.partial").write_bytes(text.encode("utf-8", "surrogateescape")
+                                                         if isinstance(text, str) else text)
+    procs, forked, warnings = collect(tmp_path)
+    assert len(procs) == 5 and all(p.trace is None and not p.finished for p in procs)
+    assert all(p.world_size is None or p.world_size > 0 for p in procs)
+
+
+def test_a_killed_record_ends_its_workload(tmp_path):
+    """SIGKILL to `mmprof record` (nothing can be forwarded): the workload gets SIGTERM from the kernel
+    (PR_SET_PDEATHSIG, mmprof.capture.command._die_with_parent) and exits."""
+    pidfile = tmp_path / "pid"
+    prog = tmp_path / "sleepy.py"
+    prog.write_text(f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(300)\n")
+    p = subprocess.Popen([sys.executable, "-m", "mmprof", "record", "-o", str(tmp_path / "o.json.gz"), "--",
+                          sys.executable, str(prog)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import time
+
+    for _ in range(600):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.1)
+    child = int(pidfile.read_text())
+    p.kill()
+    p.wait()
+    for _ in range(300):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{child}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        raise AssertionError("the workload outlived a killed record")
