@@ -142,6 +142,9 @@ def _regular(p: Path) -> os.stat_result:
         raise BadInput(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     if stat.S_ISDIR(st.st_mode):
         raise BadInput(f"{p}: is a directory, expected a file")
+    if not stat.S_ISREG(st.st_mode):  # /dev/zero would be read to the size limit, a FIFO could block forever
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
+        raise BadInput(f"{p}: is {kind}, not a regular file; save the data to a file first")
     return st
 
 

@@ -258,7 +258,7 @@ def test_gzip_bomb_is_refused_with_the_override_named(tmp_path, monkeypatch):
     with gzip.open(bomb, "wb", compresslevel=9) as g:
         g.write(b'{"traceEvents": [' + b" " * (300 * 2**20) + b"]}")
     assert bomb.stat().st_size < 2**20
-    with pytest.raises(BadInput, match="expands more than 200x.*MMPROF_MAX_INPUT_BYTES"):
+    with pytest.raises(BadInput, match="expands more than 64x.*MMPROF_MAX_INPUT_BYTES"):
         read_bytes(bomb)
     monkeypatch.setenv("MMPROF_MAX_INPUT_BYTES", "1M")
     with pytest.raises(BadInput, match="decompresses to more than 1,048,576 bytes.*--max-input-bytes"):
@@ -543,3 +543,205 @@ def test_a_killed_record_ends_its_workload(tmp_path):
     else:
         os.kill(child, 9)
         raise AssertionError("the workload outlived a killed record")
+
+
+# -- limits applied while reading, before the work (issue 25: hangs and blow-ups) ---------------------------------
+def test_a_gzip_bomb_stops_at_the_floor_not_at_its_end(tmp_path, monkeypatch):
+    """The expansion ratio is checked against the compressed bytes read so far (mmprof.fileio._gunzip): a bomb is
+    refused after GZIP_RATIO_FLOOR bytes, whatever its full size. Floor lowered to 1 MiB here; the 40 MiB bomb
+    must be refused with Python-side allocations far below its size (tracemalloc, not a clock)."""
+    import tracemalloc
+
+    import mmprof.fileio as fio
+
+    monkeypatch.setattr(fio, "GZIP_RATIO_FLOOR", 2**20)
+    monkeypatch.delenv("MMPROF_MAX_INPUT_BYTES", raising=False)
+    bomb = tmp_path / "bomb.json.gz"
+    with gzip.open(bomb, "wb") as g:
+        for _ in range(40):
+            g.write(b" " * 2**20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadInput, match=r"expands more than 64x .*MMPROF_MAX_INPUT_BYTES"):
+            read_bytes(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 24 * 2**20, peak  # one 16 MiB chunk plus the buffer up to the floor, never the 40 MiB
+
+
+def test_events_are_counted_before_the_parse(tmp_path, monkeypatch, capsys):
+    """The Kineto event limit and the events-per-gzipped-byte limit are checked on the raw bytes (the count of
+    "ph" keys) before msgspec builds a single event: the parse is what takes the memory."""
+    import mmprof.importers._chrome as ch
+    from mmprof.fileio import check_density
+
+    def boom(*a, **k):
+        raise AssertionError("parsed before the limit was checked")
+
+    monkeypatch.setattr(ch, "_TRACE", type("D", (), {"decode": staticmethod(boom)}))
+    monkeypatch.setenv("MMPROF_MAX_EVENTS", "3")
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(kineto_seed()))
+    with pytest.raises(BadInput, match="exceed the limit of 3; raise it with MMPROF_MAX_EVENTS"):
+        ch.decode(f.read_bytes(), str(f))
+    monkeypatch.delenv("MMPROF_MAX_EVENTS")
+    with pytest.raises(BadInput, match="per compressed byte .*MMPROF_MAX_EVENTS=N"):
+        check_density(2_000_000, 1_000_000, "x.json.gz")  # 2 events per gzipped byte: no real trace (<= 0.1)
+    check_density(150_000, 1_000_000, "x.json.gz")  # 0.15 per byte: a dense but plausible trace passes
+    check_density(900_000, 1000, "x.json.gz")  # below the floor of a million events: always read
+
+
+def test_deep_annotation_nesting_is_linear(tmp_path):
+    """20,000 nested annotations: imported (no recursion), every scope kept with its depth, and scope paths hold at
+    most MAX_PATH_DEPTH levels (the quadratic join is what took 3.9 GiB)."""
+    from mmprof.importers._nesting import MAX_PATH_DEPTH
+    from tests.fuzz_corpus import nested_annotations
+
+    f = tmp_path / "deep.json"
+    f.write_text(json.dumps(nested_annotations(kineto_seed(), 20_000)))
+    p = import_paths([f])
+    S = p.tables["scopes"]
+    assert len(S["depth"]) >= 20_000 and int(S["depth"].max()) >= 19_999
+    paths = [p.strings[i] for i in set(p.tables["kernels"]["scope_path"].tolist()) if i >= 0]
+    assert paths and max(x.count(" > ") + 1 for x in paths) <= MAX_PATH_DEPTH
+
+
+def test_megabyte_names_are_cut_at_import_and_stay_distinct(tmp_path, capsys):
+    """Names beyond MAX_NAME_CHARS are cut at import to head + tail around their length and hash (two names that
+    differ only in the middle stay two names), with a warning; summary then does linear work."""
+    from mmprof.profiles.model import MAX_NAME_CHARS
+
+    doc = kineto_seed()
+    ks = [i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel"]
+    assert len(ks) >= 2
+    for j, i in enumerate(ks[:2]):
+        doc["traceEvents"][i]["name"] = "gemm<" + "x" * 2**20 + ("a" if j else "b") + "x" * 2**19 + ">"
+    f = tmp_path / "long.json"
+    f.write_text(json.dumps(doc))
+    p = import_paths([f])
+    names = {p.strings[i] for i in p.tables["kernels"]["name"].tolist()}
+    cut = [n for n in names if "characters, cut; sha1" in n]
+    assert len(cut) == 2 and all(len(n) <= MAX_NAME_CHARS + 100 for n in names)
+    assert any("were cut" in w for w in p.meta.get("warnings", []))
+    code, out, _ = _cli(["summary", f, "--json"], capsys)
+    assert code == 0 and len(out) < 2**20
+
+
+@pytest.mark.parametrize("node", ["/dev/zero", "fifo"])
+def test_devices_and_fifos_are_not_inputs(tmp_path, node, capsys):
+    """/dev/zero would be read up to the 16 GiB limit and a FIFO without writer blocks forever: refused."""
+    if node == "fifo":
+        node = tmp_path / "fifo"
+        os.mkfifo(node)
+    for args in (["summary", node], ["shapes", "--model", node], ["verify-fastpath", "--spec", node, node]):
+        code, _, err = _cli(args, capsys)
+        assert code == 2 and _one_error_line(err), args
+
+
+# -- one error path: OS errors, stdout, --debug, wrong exit codes ------------------------------------------------
+def _proc(args, **kw):
+    return subprocess.run([sys.executable, "-m", "mmprof", *map(str, args)], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, **kw)
+
+
+def test_a_closed_or_full_stdout_is_exit_2_never_1(profile_file):
+    """A closed stdout pipe or /dev/full: exit 2 and one line, for the gate too (exit 1 means violations)."""
+    for args in (["verify-fastpath", profile_file], ["summary", profile_file, "--json"], ["rules"]):
+        r, w = os.pipe()
+        os.close(r)
+        p = subprocess.run([sys.executable, "-m", "mmprof", *map(str, args)], stdout=w, stderr=subprocess.PIPE,
+                           text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        os.close(w)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and "stdout" in p.stderr, (args, p.stderr)
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([sys.executable, "-m", "mmprof", *map(str, args)], stdout=full, stderr=subprocess.PIPE,
+                               text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert p.returncode == 2 and "No space left on device" in p.stderr and "Traceback" not in p.stderr, args
+
+
+def test_debug_is_only_the_global_option(profile_file, capsys):
+    """`--debug` as a value (a classify name, a phase) is that value, not the traceback switch."""
+    code, out, err = _cli(["classify", "--name", "--debug"], capsys)
+    assert code == 0 and "Traceback" not in err
+    code, _, err = _cli(["report", profile_file, "--phase", "--debug"], capsys)
+    assert code == 2 and "Traceback" not in err and _one_error_line(err).startswith("mmprof: error:")
+
+
+def test_file_too_large_is_one_line(tmp_path, profile_file):
+    """`ulimit -f` (RLIMIT_FSIZE): Python ignores SIGXFSZ, the write fails with EFBIG: one line, exit 2, no .tmp."""
+    import resource
+
+    def small():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    r = subprocess.run([sys.executable, "-m", "mmprof", "export", str(profile_file), "-o", str(tmp_path / "x.json")],
+                       capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       preexec_fn=small)
+    assert r.returncode == 2 and "File too large" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert os.listdir(tmp_path) == [Path(profile_file).name]
+
+
+def test_junit_is_written_for_bad_input_too(tmp_path, capsys):
+    """docs/fastpath.md: the JUnit file is written in every case; a bad input is one <error> test case."""
+    import xml.etree.ElementTree as ET
+
+    xml = tmp_path / "j.xml"
+    for args in (["verify-fastpath", tmp_path / "missing.json", "--junit", xml],
+                 ["verify-fastpath", SAMPLES / "kineto" / "triton_example.json.gz", "--spec", tmp_path / "no.toml",
+                  "--junit", xml]):
+        xml.unlink(missing_ok=True)
+        code, _, err = _cli(args, capsys)
+        assert code == 2 and _one_error_line(err)
+        root = ET.parse(xml).getroot()
+        assert root.get("errors") == "1" and root.find(".//error").get("type") == "BadInput"
+
+
+def test_rocpd_views_and_dangling_tables_are_refused(tmp_path, capsys):
+    """A rocpd database whose suffixed tables are views (garbage or dangling) is damaged: exit 2, never a summary
+    of empty names with exit 0."""
+    import sqlite3
+
+    src = SAMPLES / "rocprofv3" / "rocpd" / "14_results.db"
+    con = sqlite3.connect(src)
+    sfx = next(n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
+               if n.startswith("rocpd_string_"))[len("rocpd_string"):]
+    con.close()
+    for name, sql in (("dangling", f"CREATE VIEW rocpd_string{sfx} AS SELECT * FROM gone"),
+                      ("garbage", f"CREATE VIEW rocpd_string{sfx} AS SELECT 1 AS id, 'x' AS string")):
+        f = tmp_path / f"{name}.db"
+        shutil.copy(src, f)
+        c = sqlite3.connect(f)
+        c.execute(f"DROP TABLE rocpd_string{sfx}")
+        c.execute(sql)
+        c.commit()
+        c.close()
+        code, _, err = _cli(["summary", f], capsys)
+        assert code == 2 and "is a view, not a table" in _one_error_line(err), name
+
+
+@pytest.mark.parametrize("key, value", [("mlp_layer_types", ["dense", 7]), ("mlp_layer_types", ["dense", "xyz"]),
+                                        ("moe_layer_freq", [1, "x"]), ("mlp_layer_types", [["dense"], "sparse"])])
+def test_garbage_per_layer_lists_are_refused(tmp_path, key, value, capsys):
+    from tests.fuzz_corpus import config_seed
+
+    cfg = config_seed()
+    tc = cfg["text_config"]
+    n = tc["num_hidden_layers"]
+    tc.pop("moe_layer_freq", None) if key == "mlp_layer_types" else tc.pop("mlp_layer_types", None)
+    tc[key] = (value * n)[:n]
+    f = _write(tmp_path / "config.json", cfg)
+    code, _, err = _cli(["shapes", "--model", f, "--json"], capsys)
+    assert code == 2 and f"`{key}`[" in _one_error_line(err)
+
+
+def test_nsys_report_names_the_export_command(tmp_path, capsys):
+    f = tmp_path / "run.nsys-rep"
+    f.write_bytes(os.urandom(4096))
+    code, _, err = _cli(["summary", f], capsys)
+    assert code == 2 and "nsys export --type sqlite" in _one_error_line(err)
+
+
+def test_seed_beyond_64_bits_is_a_usage_error():
+    r = _proc(["run", "--seed", str(2**64), "--preset", "tiny"])
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "--seed" in r.stderr

@@ -49,6 +49,8 @@ def detect(path: str | os.PathLike) -> str:
     p = Path(path)
     if not p.exists():
         raise BadInput(f"{p}: no such file or directory")
+    if not p.is_file() and not p.is_dir():  # a device or a FIFO: never read (endless, or blocking)
+        raise BadInput(f"{p}: is a device or a FIFO, not a regular file; save the data to a file first")
     if p.stat().st_size == 0:
         raise BadInput(f"{p}: empty file")
     head = head_bytes(p, 65536)
