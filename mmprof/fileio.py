@@ -5,10 +5,15 @@ when it expands more than GZIP_RATIO times its size, the mark of a decompression
 than `max_events()` events or rows. Both can be raised: `MMPROF_MAX_INPUT_BYTES` / `MMPROF_MAX_EVENTS` (or
 `mmprof --max-input-bytes/--max-events`); 0 means no limit.
 
-Outputs: inside a command (`track_inputs()`), every input file is noted by inode, and `atomic_write` refuses to
-write over any of them. A symlink is never replaced (its target is written atomically), special files (devices,
-FIFOs) and `-` (stdout) are written directly instead of renamed over, and a folder that cannot be created or a
-file that cannot be written is one BadInput line.
+Limits are checked while reading: a gzip's expansion against the compressed bytes read so far (a bomb stops at
+GZIP_RATIO_FLOOR), and the Kineto importer counts events on the raw bytes before parsing (`check_events`,
+`check_density`). Inputs are regular files only (a device or FIFO is refused).
+
+Outputs: `check_output` is the one guard (docs/limits.md). Inside a command (`track_inputs()`), every input file is
+noted by inode, and no output may be one of them. A symlink is never replaced (its target is written atomically),
+character devices and FIFOs with a reader are written into (never replaced), a FIFO without reader, a block device
+or a missing folder is refused (mmprof creates no folders), `-` is stdout. Temporary files are removed on errors
+and on SIGTERM / SIGINT (`remove_temporaries`, called by the CLI). Every failure is one BadInput line.
 """
 
 from __future__ import annotations
