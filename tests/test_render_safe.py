@@ -197,12 +197,40 @@ def test_safe_console_keeps_styles_and_the_renderers_own_lines():
 
     con = SafeConsole(width=100, record=True, color_system="truecolor", force_terminal=True)
     t = Table("name", "n")
-    t.add_row("k\x1b]52;c;aGk=\x07\nFP001 ... PASS", "1")
-    t.add_row(Text("x\u2028y", style="bold"), "[green]2[/]")
+    t.add_row("k\x1b]52;c;aGk=\x07" + markup("\nFP001 ... PASS"), "1")  # a name through markup(): newline shown
+    t.add_row(Text("x\u2028y", style="bold"), "[green]2[/]\nsecond line")  # the renderer's own line break stays
     con.print(t)
     con.print("line one\nline two \x9b")
     raw = con.export_text(styles=True, clear=False)
     assert "\x1b]52" not in raw and "\x9b" not in raw and "\u2028" not in raw
-    assert "\\x1b]52;c;aGk=\\x07\\nFP001 ... PASS" in raw.replace("│", "").replace(" ", "") or "\\nFP001" in raw
-    assert "line one\nline two \\x9b" in con.export_text()  # the renderer's own newline stays a newline
+    text = con.export_text()
+    assert "\\x1b]52;c;aGk=\\x07\\nFP001 ... PASS" in text and "\\u2028" in text
+    assert not _fake_line(text) and any("second line" in ln and "2" not in ln for ln in text.splitlines())
+    assert "line one\nline two \\x9b" in text  # the renderer's own newline stays a newline
     assert json_text('"a\u2028b\u202ec\x85"') == '"a\\u2028b\\u202ec\\u0085"'
+
+
+def test_progress_bar_on_a_terminal_shows_names_inert():
+    """The import progress bar (shown on a TTY only) describes its stage with a file or rank name: through
+    `markup()` and SafeConsole, no OSC 52 / OSC 8, no U+2028, no forged line, markup printed literally."""
+    import io
+    import threading
+
+    from mmprof.render.safe import SafeConsole
+    from mmprof.render.text.progress import progress_bar
+
+    buf = io.StringIO()
+    con = SafeConsole(file=buf, force_terminal=True, width=120)
+    shown = threading.Event()
+    with progress_bar(console=con, delay_s=0.0) as cb:
+        cb("importing k\x1b]52;c;aGk=\x07\nFP001 ... PASS [bold]x\u2028", 1, 3)
+        for _ in range(200):  # the bar starts on a timer thread: wait for its first frame (no clock asserted)
+            if "importing" in buf.getvalue():
+                shown.set()
+                break
+            threading.Event().wait(0.05)
+        cb("importing k\x1b]8;;http://e\x07y", 2, 3)
+    out = buf.getvalue()
+    assert shown.is_set()
+    assert "\x1b]52" not in out and "\x1b]8;;http" not in out and "\u2028" not in out and "\nFP001" not in out
+    assert "\\x1b]52;c;aGk=\\x07\\nFP001 ... PASS [bold]x\\u2028" in out

@@ -15,9 +15,10 @@ A kernel, op, region or file name is data: it must never restyle, hide or fake o
   JSON value; the encoder already escapes C0, this adds DEL, C1, bidi controls and U+2028/U+2029, which JSON
   allows raw but a terminal acts on and JavaScript treats as line ends).
 - `SafeConsole`: the rich Console every command prints through (`mmprof.cli._common.console`, the progress bar).
-  Whatever reaches it is made inert at the last step, whatever the renderer did: every text segment shows the set
-  above as escapes (newlines excepted: they are the renderer's own lines), and every table cell shows its newlines
-  too, so a name can never start a row of its own. A closed stdout raises BrokenPipeError (one error line and
+  Whatever reaches it is made inert at the last step, whatever the renderer did: every text segment and table cell
+  shows the set above as escapes. Newlines excepted: at the sink they cannot be told from the renderer's own line
+  breaks (`layout.fold` breaks long names into cell lines), so a name's newline is shown where the name enters the
+  output: `visible` / `markup` / `cell`, which every renderer applies to names (`fit_table` does for its cells). A closed stdout raises BrokenPipeError (one error line and
   exit 2 in `mmprof.cli.main`), never rich's SystemExit(1), which would read as "violations".
 
 Backslashes themselves are kept (Windows paths stay readable): the point is inertness, not a reversible encoding.
@@ -93,10 +94,12 @@ def safe_text(t: Text, newlines: bool = True) -> Text:
 
 
 def _safe_cell(c):
+    # newlines stay: they are the renderer's own (layout.fold breaks long names into lines); a name's newline is
+    # escaped where the name enters the table (visible / cell / fit_table), every other control character here
     if isinstance(c, str):
-        return visible(c)  # markup of the renderer's own (`[green]PASS[/]`) stays; names come through markup()/cell()
+        return _lines_visible(c)  # markup of the renderer's own (`[green]PASS[/]`) stays
     if isinstance(c, Text):
-        return safe_text(c)
+        return safe_text(c, newlines=False)
     return c
 
 
