@@ -508,7 +508,10 @@ def test_corrupt_partial_markers_are_warnings_not_internal_errors(tmp_path):
                               '\x00\xff']):
         (tmp_path / f"rank{i}.pid{i}.partial").write_bytes(text.encode("utf-8", "surrogateescape")
                                                          if isinstance(text, str) else text)
+    for k, data in enumerate([b"\x1f\x8b garbage", b"[1, 2", b"42"]):  # flushed segments of rank0, damaged
+        (tmp_path / f"rank0.pid0.seg{k}.pt.trace.json.gz").write_bytes(data)
     procs, forked, warnings = collect(tmp_path)
+    assert any("segments are unreadable" in w for w in warnings)
     assert len(procs) == 5 and all(p.trace is None and not p.finished for p in procs)
     assert all(p.world_size is None or p.world_size > 0 for p in procs)
 

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import time
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -272,9 +273,13 @@ def collect(trace_dir: Path, ours=None) -> tuple[list[ProcessCapture], int, list
             segs = sorted((g for g in trace_dir.glob(f"{glob.escape(name)}.seg*{TRACE_SUFFIX}") if ours(g)),
                           key=lambda p: _seg_index(p, name))
             if segs:
-                combine_traces(segs, trace)
-                for s in segs:
-                    s.unlink(missing_ok=True)
+                try:
+                    combine_traces(segs, trace)
+                except (OSError, ValueError, EOFError, zlib.error, RecursionError, MemoryError) as e:
+                    warnings.append(f"{name}: its flushed segments are unreadable ({str(e)[:120]}); none kept")
+                else:
+                    for s in segs:
+                        s.unlink(missing_ok=True)
         segs_meta = [g for g in _typed(d, "segments", list, []) if isinstance(g, dict)]
         notes = [str(n) for n in _typed(d, "notes", list, [])]
         if (not finished and d.get("state") == "done" and segs_meta and all(g.get("complete") for g in segs_meta)
