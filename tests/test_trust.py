@@ -698,6 +698,16 @@ def test_junit_is_written_for_bad_input_too(tmp_path, capsys):
         assert code == 2 and _one_error_line(err)
         root = ET.parse(xml).getroot()
         assert root.get("errors") == "1" and root.find(".//error").get("type") == "BadInput"
+    prof = tmp_path / "p.json"
+    shutil.copy(SAMPLES / "kineto" / "triton_example.json.gz", prof)
+    before = _digest(prof)
+    (tmp_path / "bad.toml").write_text("x =")
+    for out in (prof, tmp_path / "link.xml"):  # the error comes before the profile is read: still never over it
+        if out != prof:
+            out.symlink_to(prof)
+        code, _, err = _cli(["verify-fastpath", prof, "--spec", tmp_path / "bad.toml", "--junit", out], capsys)
+        assert code == 2 and "not valid TOML" in _one_error_line(err)
+    assert _digest(prof) == before
 
 
 def test_rocpd_views_and_dangling_tables_are_refused(tmp_path, capsys):

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _dispatch(args: list[str]) -> int:
     try:
-        rc = cli.main(args=args, prog_name="mmprof", standalone_mode=False)
+        rc = _run(args)
     except MmprofError as e:
         if _DEBUG:
             raise
@@ -177,6 +177,20 @@ def _dispatch(args: list[str]) -> int:
         return 2
     # ctx.exit(code) inside a command comes back here as its return value.
     return rc if isinstance(rc, int) else 0
+
+
+def _run(args: list[str]):
+    try:
+        return cli.main(args=args, prog_name="mmprof", standalone_mode=False)
+    except Exception as e:  # a command that asked for a report file on failure (verify-fastpath --junit) gets it
+        common = sys.modules.get("mmprof.cli._common")
+        if common is not None:
+            common.write_junit_for_error(e)
+        raise
+    finally:
+        common = sys.modules.get("mmprof.cli._common")
+        if common is not None:
+            common._junit.clear()
 
 
 def _os_error(e: OSError) -> int:

@@ -9,7 +9,8 @@ import click
 import orjson
 from rich.console import Console
 
-from mmprof.fileio import atomic_write
+from mmprof.errors import MmprofError
+from mmprof.fileio import atomic_write, note_input, track_inputs
 from mmprof.importers import import_paths
 from mmprof.render.safe import SafeConsole, json_text
 
@@ -56,6 +57,37 @@ def load_ref(graph_ref: str | None):
 def load_any(path: str, graph_ref: str | None = None):
     """A saved Profile or raw traces (a file or a directory), imported on the fly; `graph_ref` as the option."""
     return import_paths([path], graph_ref=load_ref(graph_ref))
+
+
+_junit: dict = {}
+
+
+def junit_on_error(junit_path: str | None, profile: str | None, inputs) -> None:
+    """`verify-fastpath --junit FILE`: FILE is written on every exit path (docs/fastpath.md). The inputs named on
+    the command line are registered first (so FILE is never one of them, even when the error comes before they
+    are read); `write_junit_for_error` (called by mmprof.cli.main's error path) writes one <error> test case."""
+    _junit.clear()
+    inputs = [str(f) for f in inputs if f]
+    for f in inputs:
+        note_input(f)
+    if junit_path:
+        _junit.update(path=junit_path, profile=profile, inputs=inputs)
+
+
+def write_junit_for_error(e: BaseException) -> None:
+    path = _junit.pop("path", None)
+    if not path:
+        return
+    from mmprof.render.junit import write_error_junit
+
+    msg = str(e) if isinstance(e, MmprofError) else f"internal error: {type(e).__name__}: {e}"
+    try:
+        with track_inputs():  # the command's own tracking has closed with it: the inputs again, before writing
+            for f in _junit.get("inputs") or []:
+                note_input(f)
+            write_error_junit(msg, path, type(e).__name__, _junit.get("profile"))
+    except Exception:  # the JUnit path itself is bad: the original error is the one to report
+        pass
 
 
 def write_text(path: str, text: str) -> None:

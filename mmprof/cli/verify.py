@@ -6,19 +6,16 @@ nothing) or bad input. The JUnit file is written in every one of those cases, so
 
 from __future__ import annotations
 
-import contextlib
-
 import click
 
 from mmprof.analysis.checks.spec import load_spec
 from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.classify import load_rules
 from mmprof.capture.run_options import validate
-from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, load_any
+from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, junit_on_error, load_any
 from mmprof.cli._options import model_options, run_options, shape_regions, workload_options
-from mmprof.errors import BadInput, MmprofError
-from mmprof.fileio import note_input
-from mmprof.render.junit import write_error_junit, write_junit
+from mmprof.errors import BadInput
+from mmprof.render.junit import write_junit
 from mmprof.render.text.progress import progress_bar
 from mmprof.render.text.verify import render_verify
 
@@ -52,35 +49,26 @@ def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | No
     --shared-expert separate` exits 1 with FP001). With --model CONFIG, a trace that has shapes but no
     annotations or module events is labelled by matching its GEMMs with the model's per-rank shapes.
     """
-    for f in (profile, spec_path, *rules_paths):  # inputs known before anything is read: --junit never over them
-        if f:
-            note_input(f)
-    try:
-        if (profile is None) == (not do_run):
-            raise BadInput("give a PROFILE (an mmprof profile or a trace) or --run (run the reference runtime first), "
-                           "not both" if do_run else
-                           "give a PROFILE (an mmprof profile or a trace) or --run to run the reference runtime first")
-        spec = load_spec(spec_path) if spec_path else None  # None: the built-in spec that fits the profile
-        rules = load_rules(rules_paths) if rules_paths else None
-        if do_run:
-            prof = _run_reference(run_opts, output, quiet=as_json)
-            profile = output or f"mmprof run ({run_opts['preset']})"
-        else:
-            prof = load_any(profile, graph_ref)
-        result = verify(prof, spec, rules=rules, sparse_layers=sparse_layers, profile_name=str(profile),
-                        shape_regions=shape_regions(prof, model, tp, ep))
-        if junit_path:
-            write_junit(result, junit_path)
-        if as_json:
-            echo_json(result.to_dict())
-        else:
-            render_verify(result, console(), verbose=verbose, junit_path=junit_path)
-    except Exception as e:  # --junit is written on every exit path (docs/fastpath.md): a bad input is an <error>
-        if junit_path:
-            with contextlib.suppress(Exception):
-                write_error_junit(str(e) if isinstance(e, MmprofError) else f"internal error: {type(e).__name__}: {e}",
-                                  junit_path, type(e).__name__, profile)
-        raise
+    junit_on_error(junit_path, profile, (profile, spec_path, *rules_paths))  # --junit on every exit path
+    if (profile is None) == (not do_run):
+        raise BadInput("give a PROFILE (an mmprof profile or a trace) or --run (run the reference runtime first), "
+                       "not both" if do_run else
+                       "give a PROFILE (an mmprof profile or a trace) or --run to run the reference runtime first")
+    spec = load_spec(spec_path) if spec_path else None  # None: the built-in spec that fits the profile
+    rules = load_rules(rules_paths) if rules_paths else None
+    if do_run:
+        prof = _run_reference(run_opts, output, quiet=as_json)
+        profile = output or f"mmprof run ({run_opts['preset']})"
+    else:
+        prof = load_any(profile, graph_ref)
+    result = verify(prof, spec, rules=rules, sparse_layers=sparse_layers, profile_name=str(profile),
+                    shape_regions=shape_regions(prof, model, tp, ep))
+    if junit_path:
+        write_junit(result, junit_path)
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        render_verify(result, console(), verbose=verbose, junit_path=junit_path)
     ctx.exit(result.exit_code)
 
 
