@@ -5,15 +5,21 @@ when it expands more than GZIP_RATIO times its size, the mark of a decompression
 than `max_events()` events or rows. Both can be raised: `MMPROF_MAX_INPUT_BYTES` / `MMPROF_MAX_EVENTS` (or
 `mmprof --max-input-bytes/--max-events`); 0 means no limit.
 
-Outputs: inside a command (`track_inputs()`), every input file is noted by inode, and `atomic_write` refuses to
-write over any of them. A symlink is never replaced (its target is written atomically), special files (devices,
-FIFOs) and `-` (stdout) are written directly instead of renamed over, and a folder that cannot be created or a
-file that cannot be written is one BadInput line.
+Limits are checked while reading: a gzip's expansion against the compressed bytes read so far (a bomb stops at
+GZIP_RATIO_FLOOR), and the Kineto importer counts events on the raw bytes before parsing (`check_events`,
+`check_density`). Inputs are regular files only (a device or FIFO is refused).
+
+Outputs: `check_output` is the one guard (docs/limits.md). Inside a command (`track_inputs()`), every input file is
+noted by inode, and no output may be one of them. A symlink is never replaced (its target is written atomically),
+character devices and FIFOs with a reader are written into (never replaced), a FIFO without reader, a block device
+or a missing folder is refused (mmprof creates no folders), `-` is stdout. Temporary files are removed on errors
+and on SIGTERM / SIGINT (`remove_temporaries`, called by the CLI). Every failure is one BadInput line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
 import re
@@ -31,7 +37,9 @@ UTF8_BOM = b"\xef\xbb\xbf"
 
 DEFAULT_MAX_INPUT_BYTES = 16 * 2**30   # 16 GiB of (decompressed) input per file
 DEFAULT_MAX_EVENTS = 50_000_000        # events / rows per file
-GZIP_RATIO = 200                       # real traces expand 8-20x; a bomb 1000x
+GZIP_RATIO = 64                        # real traces expand 4-20x; a bomb 1000x
+EVENTS_PER_GZIP_BYTE = 0.2             # real Kineto traces: at most 0.1 event per gzipped byte
+EVENTS_DENSITY_FLOOR = 1_000_000       # ... but any gzip may hold a million events
 GZIP_RATIO_FLOOR = 256 * 2**20         # ... but any gzip may expand to 256 MiB
 ENV_MAX_BYTES = "MMPROF_MAX_INPUT_BYTES"
 ENV_MAX_EVENTS = "MMPROF_MAX_EVENTS"
@@ -139,6 +147,9 @@ def _regular(p: Path) -> os.stat_result:
         raise BadInput(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     if stat.S_ISDIR(st.st_mode):
         raise BadInput(f"{p}: is a directory, expected a file")
+    if not stat.S_ISREG(st.st_mode):  # /dev/zero would be read to the size limit, a FIFO could block forever
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
+        raise BadInput(f"{p}: is {kind}, not a regular file; save the data to a file first")
     return st
 
 
@@ -170,38 +181,69 @@ def read_bytes(path: str | os.PathLike) -> bytes:
 
 
 def _gunzip(p: Path, f, limit: int | None, size: int) -> bytes:
+    """Decompress within the limits, checked while streaming (never after): the byte limit, and the expansion
+    ratio against the compressed bytes read so far, so a bomb stops at GZIP_RATIO_FLOOR, not at its end."""
+    ratio = not os.environ.get(ENV_MAX_BYTES)  # a limit the user set replaces the ratio check
     cap = limit
-    if not os.environ.get(ENV_MAX_BYTES):  # a limit the user set replaces the ratio check
+    if ratio:
         ratio_cap = max(GZIP_RATIO_FLOOR, GZIP_RATIO * size)
         cap = ratio_cap if cap is None else min(cap, ratio_cap)
+
+    def expands_too_much(n: int) -> bool:
+        return ratio and n > GZIP_RATIO_FLOOR and n > GZIP_RATIO * max(1, f.tell())
+
     try:
         with gzip.GzipFile(fileobj=f, mode="rb") as g:
-            data = _read_capped(g, cap)
+            data = _read_capped(g, cap, stop=expands_too_much)
     except (EOFError, OSError, zlib.error) as e:
         raise BadInput(f"{p}: truncated or corrupt gzip ({e}); re-copy the file or re-run the capture") from None
-    if cap is not None and len(data) > cap:
-        if limit is not None and cap == limit:
+    if data is None or (cap is not None and len(data) > cap):
+        if data is not None and limit is not None and cap == limit:
             raise _too_big(p, limit, True)
-        raise BadInput(f"{p}: gzip expands more than {GZIP_RATIO}x its size (over {cap:,} bytes): a decompression "
-                       f"bomb, or an unusual file; set {ENV_MAX_BYTES}=SIZE (0 for no limit) to read it anyway")
+        raise BadInput(f"{p}: gzip expands more than {GZIP_RATIO}x its size (beyond {GZIP_RATIO_FLOOR // 2**20} "
+                       f"MiB): a decompression bomb, or an unusual file; set {ENV_MAX_BYTES}=SIZE (or mmprof "
+                       "--max-input-bytes SIZE, 0 for no limit) to read it anyway")
     if not data:
         raise BadInput(f"{p}: gzip holds an empty file")
     return data
 
 
-def _read_capped(f, cap: int | None, chunk: int = 64 * 2**20) -> bytes:
-    """Everything left in `f`, or the first cap + 1 bytes when there is more: read in chunks, so that a large cap
-    never becomes one allocation of that size."""
-    parts: list[bytes] = []
-    n = 0
-    while cap is None or n <= cap:
-        want = chunk if cap is None else min(chunk, cap + 1 - n)
+def _read_capped(f, cap: int | None, chunk: int = 16 * 2**20, stop=None) -> bytes | None:
+    """Everything left in `f`, or the first cap + 1 bytes when there is more (None when `stop(bytes so far)` says
+    so): read in chunks into one growing buffer, so that a large cap is never one allocation of that size."""
+    buf = bytearray()
+    while cap is None or len(buf) <= cap:
+        want = chunk if cap is None else min(chunk, cap + 1 - len(buf))
         b = f.read(want)
         if not b:
             break
-        parts.append(b)
-        n += len(b)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+        buf += b
+        if stop is not None and stop(len(buf)):
+            return None
+    return bytes(buf)
+
+
+def check_density(n_events: int, compressed_size: int, where: str) -> None:
+    """Refuse a gzip that holds far more events per compressed byte than any real trace (real Kineto traces hold
+    at most about 0.1 event per gzipped byte; the parsed events take about 500 bytes each): a small file that
+    would take gigabytes. Setting MMPROF_MAX_EVENTS (or --max-events) replaces this check by that limit."""
+    if os.environ.get(ENV_MAX_EVENTS):
+        return
+    cap = max(EVENTS_DENSITY_FLOOR, int(EVENTS_PER_GZIP_BYTE * compressed_size))
+    if n_events > cap:
+        raise BadInput(f"{where}: about {n_events:,} events in a {compressed_size:,}-byte gzip, more than "
+                       f"{EVENTS_PER_GZIP_BYTE} per compressed byte (real traces hold at most 0.1): parsing them "
+                       f"would take about {n_events * 500 // 2**20:,} MiB; set {ENV_MAX_EVENTS}=N (or mmprof "
+                       "--max-events N, 0 for no limit) to read it anyway")
+
+
+def gzip_size(path: str | os.PathLike) -> int | None:
+    """The on-disk size of `path` when it is a gzip (by content), else None: for `check_density`."""
+    try:
+        with open(path, "rb") as f:
+            return os.fstat(f.fileno()).st_size if f.read(2) == GZIP_MAGIC else None
+    except OSError:
+        return None
 
 
 def head_bytes(path: str | os.PathLike, n: int = 4096) -> bytes:
@@ -245,22 +287,33 @@ def read_toml(path: str | os.PathLike, what: str) -> dict:
 
 
 # -- writing ------------------------------------------------------------------------------------------------
-def atomic_write(path: str | os.PathLike, data: bytes, compress: bool | None = None) -> Path:
-    """Write `data` to `path` without ever leaving a half-written file or destroying an input.
+_pending: set[str] = set()  # temporary files being written: removed on any exit, SIGTERM and SIGINT included
 
-    A regular file is written through a temporary file in the same folder, then renamed into place: a crash
-    mid-write leaves the old file (or nothing). `path` may not be an input of the running command (same inode).
-    A symlink stays a symlink: its target is written. A device or FIFO (or `-`, stdout) is written directly.
-    The folder is created when missing. `compress` defaults to "the name ends in .gz".
-    """
-    if str(path) == "-":
-        out = sys.stdout.buffer
-        out.write(gzip.compress(data, compresslevel=6, mtime=0) if compress else data)
-        out.flush()
-        return Path("-")
+
+def pending_temporaries() -> set[str]:
+    """The temporary files of writes in progress (the CLI's SIGTERM handler removes them; tests look)."""
+    return set(_pending)
+
+
+def remove_temporaries() -> None:
+    """Remove every temporary file of a write in progress (called on SIGTERM / SIGHUP before exiting)."""
+    for tmp in list(_pending):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        _pending.discard(tmp)
+
+
+def check_output(path: str | os.PathLike) -> tuple[Path, os.stat_result | None]:
+    """The one guard for output paths. Returns (the path to write, its stat or None when it does not exist).
+
+    Refused with one BadInput line: an input of the running command (same inode, so also through a hard link or a
+    symlink; `record` registers its wrapped script and every file named on its command line the same way), a
+    directory, a block device, a missing folder (never created silently), a path whose folder is a file, a FIFO no
+    process reads (it would hang). A symlink is followed (the link stays, its target is written); a character device
+    or a FIFO is written into, never replaced by a regular file."""
     p = Path(path)
-    if compress is None:
-        compress = p.suffix == ".gz"
     if p.is_symlink():
         p = Path(os.path.realpath(p))  # write the link's target; the link itself stays
     same = _input_named(p)
@@ -269,61 +322,130 @@ def atomic_write(path: str | os.PathLike, data: bytes, compress: bool | None = N
                        "output path")
     try:
         st = p.stat()
-    except (FileNotFoundError, NotADirectoryError):
-        st = None  # the folder is missing (or a file is in its way): _make_folder says which
-    except OSError as e:
-        raise BadInput(f"{path}: cannot write: {e.strerror or e}") from None
-    if compress:
-        data = gzip.compress(data, compresslevel=6, mtime=0)
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise BadInput(f"{path}: is a directory; give a file name to write")
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        raise BadInput(f"{path}: cannot write: a file is in the way of its folder {p.parent}") from None
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{path}: cannot write: {getattr(e, 'strerror', None) or e}") from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise BadInput(f"{path}: is a directory; give a file name to write")
+        if stat.S_ISBLK(st.st_mode):
+            raise BadInput(f"{path}: is a block device; refusing to write a report onto it")
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            raise BadInput(f"{path}: is not a regular file, a character device or a FIFO; cannot write it")
+        return p, st
+    folder = p.parent
+    try:
+        fst = folder.stat()
+    except FileNotFoundError:
+        raise BadInput(f"{path}: its folder {folder} does not exist; create it first (mmprof creates no "
+                       "folders for outputs)") from None
+    except NotADirectoryError:
+        raise BadInput(f"{path}: cannot write: a file is in the way of its folder {folder}") from None
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{path}: cannot write in {folder}: {getattr(e, 'strerror', None) or e}") from None
+    if not stat.S_ISDIR(fst.st_mode):
+        raise BadInput(f"{path}: cannot write: its folder {folder} is a file")
+    return p, None
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike, compress: bool | None = None, level: int = 6) -> Iterator:
+    """A binary file to write `path` through, guarded by `check_output`; see `atomic_write`. Streams: nothing is
+    held in memory. An error inside the block (or SIGTERM / SIGINT) removes the temporary file; OS errors (disk
+    full, file too large, read-only folder, permission denied) are one BadInput line."""
+    if str(path) == "-":
+        out = sys.stdout.buffer
+        with _write_errors(path):
+            if compress:
+                with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=level, mtime=0) as g:
+                    yield g
+            else:
+                yield out
+            out.flush()
+        return
+    p, st = check_output(path)
+    if compress is None:
+        compress = p.suffix == ".gz"
     if st is not None and not stat.S_ISREG(st.st_mode):
-        return _write_special(p, path, data)
-    _make_folder(p.parent, path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    except OSError as e:
-        raise BadInput(f"{path}: cannot write in {p.parent}: {e.strerror or e}") from None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, (st.st_mode & 0o7777) if st is not None else 0o666 & ~umask)  # keep an old file's mode
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise BadInput(f"{path}: cannot write: {e.strerror or e}") from None
-        raise
-    return p
-
-
-def _make_folder(folder: Path, path) -> None:
-    if folder.is_dir():
+        with _write_errors(path), _open_special(p, st, path) as raw:
+            if compress:
+                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level, mtime=0) as g:
+                    yield g
+            else:
+                yield raw
         return
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise BadInput(f"{path}: cannot create its folder {folder}: a file of that name is in the way") from None
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     except (OSError, ValueError) as e:
-        raise BadInput(f"{path}: cannot create its folder {folder}: {getattr(e, 'strerror', None) or e}") from None
-
-
-def _write_special(p: Path, path, data: bytes) -> Path:
-    """A device, FIFO or socket path: write into it, never rename over it (the node stays as it is)."""
+        raise BadInput(f"{path}: cannot write in {p.parent}: {getattr(e, 'strerror', None) or e}") from None
+    _pending.add(tmp)
     try:
-        with open(p, "wb") as f:
-            f.write(data)
-            f.flush()
+        with _write_errors(path):
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, (st.st_mode & 0o7777) if st is not None else 0o666 & ~umask)  # keep an old file's mode
+            with os.fdopen(fd, "wb") as raw:
+                if compress:
+                    with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level, mtime=0) as g:
+                        yield g
+                else:
+                    yield raw
+                raw.flush()
+                os.fsync(raw.fileno())
+            os.replace(tmp, p)
+    finally:
+        if os.path.lexists(tmp):
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        _pending.discard(tmp)
+
+
+@contextlib.contextmanager
+def _write_errors(path) -> Iterator[None]:
+    try:
+        yield
     except OSError as e:
         raise BadInput(f"{path}: cannot write: {e.strerror or e}") from None
-    return p
+
+
+@contextlib.contextmanager
+def _open_special(p: Path, st: os.stat_result, path) -> Iterator:
+    """A character device or FIFO, opened for writing without truncating or replacing it. A FIFO is opened
+    non-blocking first: with no reader that is one line, never a hang."""
+    if stat.S_ISFIFO(st.st_mode):
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno == errno.ENXIO:
+                raise BadInput(f"{path}: a FIFO that no process is reading; start the reader first") from None
+            raise
+        os.set_blocking(fd, True)
+    else:
+        fd = os.open(p, os.O_WRONLY)
+    with os.fdopen(fd, "wb") as f:
+        yield f
+        f.flush()
+
+
+def atomic_write(path: str | os.PathLike, data: bytes, compress: bool | None = None) -> Path:
+    """Write `data` to `path` without ever leaving a half-written file or destroying an input.
+
+    A regular file is written through a temporary file in the same folder, then renamed into place: a crash
+    mid-write leaves the old file (or nothing). `path` may not be an input of the running command (same inode).
+    A symlink stays a symlink: its target is written. A character device or FIFO (or `-`, stdout) is written
+    into. A missing folder is refused (`check_output`). `compress` defaults to "the name ends in .gz".
+    """
+    with atomic_output(path, compress) as f:
+        f.write(data)
+    if str(path) == "-":
+        return Path("-")
+    p = Path(path)
+    return Path(os.path.realpath(p)) if p.is_symlink() else p
 
 
 def sqlite_connect(path: str | os.PathLike):

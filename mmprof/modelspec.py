@@ -136,12 +136,26 @@ def _family(tc: dict) -> str:
     return "dense"
 
 
+_PER_LAYER_VALUES = {  # what Hugging Face configs hold per layer; anything else is refused, never read as "dense"
+    "mlp_layer_types": ("dense", "sparse"),
+    "moe_layer_freq": (0, 1),
+    "sparse_attention_freq": (0, 1),
+}
+
+
 def _per_layer(tc: dict, key: str, n: int, where: str) -> list | None:
     v = tc.get(key)
     if v is None:
         return None
     if not isinstance(v, list) or len(v) != n:
         raise BadInput(f"{where}: `{key}` must list one entry per layer ({n})")
+    allowed = _PER_LAYER_VALUES.get(key)
+    for i, x in enumerate(v):
+        ok = (isinstance(x, str) if allowed is None else
+              (x in allowed and (isinstance(x, str) or type(x) in (int, bool))) if isinstance(x, (str, int)) else False)
+        if not ok:
+            want = "a string" if allowed is None else " or ".join(map(repr, allowed))
+            raise BadInput(f"{where}: `{key}`[{i}] is {str(x)[:40]!r}, expected {want}")
     return v
 
 

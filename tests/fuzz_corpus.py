@@ -29,7 +29,11 @@ from tests.conftest import DATA
 
 # hostile strings: terminal escapes, OSC title / hyperlink, bidi override, NUL, C1, Rich markup, forged lines
 HOSTILE = ["\x1b[31mRED\x1b[0m", "\x1b]0;pwned\x07", "\u202eevil\u202c", "a\x00b", "\x9b31m", "[/]", "[bold red]x",
-           "[link=http://evil.example]click[/link]", "x\nall checks PASS", "x\r\x1b[2K", "\x07\x08\x7f"]
+           "[link=http://evil.example]click[/link]", "x\nall checks PASS", "x\r\x1b[2K", "\x07\x08\x7f",
+           # the second corpus's classes (issue 25): OSC 8 hyperlink, OSC 52 clipboard write, C1 NEL / CSI, JSON line
+           # separators, bidi isolates and the Arabic letter mark
+           "\x1b]8;;http://evil.example\x07link\x1b]8;;\x07", "\x1b]52;c;cHduZWQ=\x07", "\x85\x9b2J",
+           "a\u2028b\u2029c", "\u2066iso\u2069\u061c"]
 BIG_INTS = [2**63, 2**64 + 7, -(2**63) - 1, 10**30]
 ODD_VALUES: list[Any] = [*BIG_INTS, 1e300, -1e300, -1, 0, "abc", "", None, [], {}, True, [1, 2, 3], {"a": 1}]
 
@@ -146,6 +150,18 @@ def deep_json(depth: int = 100_000) -> bytes:
     return b'{"traceEvents": ' + b"[" * depth + b"]" * depth + b"}"
 
 
+def nested_annotations(seed: dict, depth: int) -> dict:
+    """The seed with `depth` user annotations nested inside each other around its events (each one wider than the
+    next): deep input that must cost memory and time linear in the depth, never recursion."""
+    ev = seed["traceEvents"]
+    t0 = min(e["ts"] for e in ev if isinstance(e.get("ts"), (int, float)))
+    t1 = max(e["ts"] + e.get("dur", 0) for e in ev if isinstance(e.get("ts"), (int, float)))
+    pid, tid = next((e["pid"], e["tid"]) for e in ev if e.get("cat") == "cpu_op")
+    outer = [{"ph": "X", "cat": "user_annotation", "name": f"scope{i}", "pid": pid, "tid": tid,
+              "ts": t0 - depth + i, "dur": (t1 - t0) + 2 * (depth - i)} for i in range(depth)]
+    return {**seed, "traceEvents": outer + list(ev)}
+
+
 def random_leaf_mutations(doc: Any, rng: random.Random, n: int) -> list[tuple[str, Any]]:
     paths = [p for p in leaves(doc) if p]
     out = []
@@ -190,6 +206,10 @@ def kineto_mutations(seed: dict, rng: random.Random) -> list[tuple[str, bytes, b
         d = put(d, ("traceEvents", 2, "name"), "layers.0." + h)
         out.append((f"hostile_names_{i}", _jb(d), True))
     out.append(("deep_nesting", deep_json(), False))
+    out.append(("nested_annotations_3000", _jb(nested_annotations(seed, 3000)), True))
+    out.append(("kernel_name_1mib", _jb(put(seed, ("traceEvents", k, "name"), "gemm<" + "x" * 2**20 + ">")), True))
+    out.append(("kernel_name_nested_templates", _jb(put(seed, ("traceEvents", k, "name"),
+                                                        "k" + "<a" * 20000 + ">" * 20000)), True))
     out.append(("bom", b"\xef\xbb\xbf" + _jb(seed), True))
     out.append(("bare_array", _jb(ev), True))
     out.append(("legacy_v1", b'{"traceEvents":[{}, {"ph":"X","ts":"1","dur":"2"}]}', False))

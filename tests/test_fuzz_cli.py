@@ -51,9 +51,11 @@ CONFIG_COMMANDS = [["shapes", "--model", "{in}", "--tp", "2", "--json"], ["shape
 RULES_COMMANDS = [["rules"], ["rules", "FP001"], ["rules", "--markdown"], ["rules", "\x1b[31mFP0\x07"],
                   ["classify", "--rules", "{in}", "{good}"]]
 FULL = bool(os.environ.get("MMPROF_FUZZ_FULL"))
-# raw bytes that must never reach a terminal: ESC, BEL, NUL, other C0 controls except \t \n \r, DEL, C1 (as UTF-8),
-# bidi overrides / isolates
-_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
+# raw bytes that must never reach a terminal or a JSON consumer: ESC, BEL, NUL, other C0 controls except \t \n \r,
+# DEL, C1 (as UTF-8), bidi marks, overrides and isolates, the Arabic letter mark, U+2028 / U+2029 (a line end to
+# JavaScript), the BOM
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xa8-\xae]|\xe2\x81[\xa6-\xa9]"
+                      rb"|\xd8\x9c|\xef\xbb\xbf")
 
 
 @dataclass
@@ -185,6 +187,10 @@ HOSTILE_COMMANDS = {
     "diff": pytest.param(["diff", "{good}", "{in}"], marks=_RENDER_XFAIL),
     "verify-fastpath": pytest.param(["verify-fastpath", "{in}"], marks=_RENDER_XFAIL),
     "summary-json": pytest.param(["summary", "{in}", "--json"]),
+    "report-by-shape": pytest.param(["report", "{in}", "--by-shape"]),
+    "diff-json": pytest.param(["diff", "{good}", "{in}", "--json"]),
+    "verify-json": pytest.param(["verify-fastpath", "{in}", "--json"]),
+    "verify-junit": pytest.param(["verify-fastpath", "{in}", "--junit", "{out}/j.xml"]),
     "classify": pytest.param(["classify", "{in}"]),
     "import": pytest.param(["import", "{in}", "-o", "{out}/p.json"]),
 }

@@ -140,3 +140,97 @@ def test_shapes_renderer(capsys):
                   "[/]\\x1b]0;title\\x07"):
             assert s in text, s
         assert max(len(line) for line in text.splitlines()) <= width
+
+
+# -- every control class through every sink (issue 25's second corpus) -------------------------------------------
+CLASSES = {"OSC 8": "\x1b]8;;https://e.x\x07ln\x1b]8;;\x07", "OSC 52": "\x1b]52;c;aGk=\x07", "C1": "\x9b2J\x85",
+           "U+2028/9": "a\u2028b\u2029", "bidi isolate": "\u2066x\u2069\u061c", "CSI": "\x1b[31m",
+           "newline row": "a\nFP001 ... PASS"}
+RAW2 = ["\x1b", "\x07", "\x9b", "\x85", "\u2028", "\u2029", "\u2066", "\u2069", "\u061c"]
+
+
+@pytest.fixture(scope="module")
+def hostile2(tmp_path_factory):
+    """The rank-slice profile with its heaviest kernels and ops renamed to end in each control class."""
+    p = load_profile(SOURCE)
+    for table, n in (("kernels", len(CLASSES)), ("ops", len(CLASSES))):
+        X = p.tables[table]
+        ids, inv = np.unique(X["name"], return_inverse=True)
+        tot = np.bincount(inv, weights=X["dur_ns"].astype(float))
+        for name_id, s in zip(ids[np.argsort(-tot)][:n].tolist(), CLASSES.values()):
+            p.strings[name_id] = p.strings[name_id][:24] + s
+    out = tmp_path_factory.mktemp("hostile2") / "hostile2.json.gz"
+    save_profile(p, out)
+    return out
+
+
+@pytest.mark.parametrize("cmd", [["summary"], ["summary", "--json"], ["report", "--by-shape"], ["report", "--json"],
+                                 ["report", "--by-shape", "--json"], ["verify-fastpath", "--json"],
+                                 ["verify-fastpath", "-v", "--junit", "{tmp}/j.xml"], ["diff", "{src}", "--json"],
+                                 ["diff", "{src}"], ["classify", "--unclassified"]])
+def test_every_control_class_is_inert_in_every_sink(hostile2, capsys, monkeypatch, tmp_path, cmd):
+    """Terminal tables (rich, through mmprof.render.safe.SafeConsole) and JSON (mmprof.render.safe.json_text) never
+    carry a raw ESC / OSC / C1 / U+2028 / bidi control, and a name's newline never starts a row; the JSON still
+    holds the names exactly (the escapes are JSON escapes)."""
+    args = [a.replace("{tmp}", str(tmp_path)).replace("{src}", str(SOURCE)) for a in cmd]
+    if cmd[0] == "diff":
+        args = ["diff", args[1], str(hostile2), *args[2:]]
+    else:
+        args = [args[0], str(hostile2), *args[1:]]
+    rc, out = run(args, capsys, monkeypatch, 200)
+    assert rc in (0, 1), out
+    for ch in RAW2:
+        assert ch not in out, f"raw {ch!r} in {cmd}"
+    assert not _fake_line(out)
+    if "--json" in cmd and cmd[0] in ("summary", "report"):
+        import json
+
+        text = json.dumps(json.loads(out))
+        assert any(s[:6].encode("unicode_escape").decode() in text or "\\u001b" in text for s in CLASSES.values())
+
+
+def test_safe_console_keeps_styles_and_the_renderers_own_lines():
+    from rich.table import Table
+    from rich.text import Text
+
+    from mmprof.render.safe import SafeConsole, json_text
+
+    con = SafeConsole(width=100, record=True, color_system="truecolor", force_terminal=True)
+    t = Table("name", "n")
+    t.add_row("k\x1b]52;c;aGk=\x07" + markup("\nFP001 ... PASS"), "1")  # a name through markup(): newline shown
+    t.add_row(Text("x\u2028y", style="bold"), "[green]2[/]\nsecond line")  # the renderer's own line break stays
+    con.print(t)
+    con.print("line one\nline two \x9b")
+    raw = con.export_text(styles=True, clear=False)
+    assert "\x1b]52" not in raw and "\x9b" not in raw and "\u2028" not in raw
+    text = con.export_text()
+    assert "\\x1b]52;c;aGk=\\x07\\nFP001 ... PASS" in text and "\\u2028" in text
+    assert not _fake_line(text) and any("second line" in ln and "2" not in ln for ln in text.splitlines())
+    assert "line one\nline two \\x9b" in text  # the renderer's own newline stays a newline
+    assert json_text('"a\u2028b\u202ec\x85"') == '"a\\u2028b\\u202ec\\u0085"'
+
+
+def test_progress_bar_on_a_terminal_shows_names_inert():
+    """The import progress bar (shown on a TTY only) describes its stage with a file or rank name: through
+    `markup()` and SafeConsole, no OSC 52 / OSC 8, no U+2028, no forged line, markup printed literally."""
+    import io
+    import threading
+
+    from mmprof.render.safe import SafeConsole
+    from mmprof.render.text.progress import progress_bar
+
+    buf = io.StringIO()
+    con = SafeConsole(file=buf, force_terminal=True, width=120)
+    shown = threading.Event()
+    with progress_bar(console=con, delay_s=0.0) as cb:
+        cb("importing k\x1b]52;c;aGk=\x07\nFP001 ... PASS [bold]x\u2028", 1, 3)
+        for _ in range(200):  # the bar starts on a timer thread: wait for its first frame (no clock asserted)
+            if "importing" in buf.getvalue():
+                shown.set()
+                break
+            threading.Event().wait(0.05)
+        cb("importing k\x1b]8;;http://e\x07y", 2, 3)
+    out = buf.getvalue()
+    assert shown.is_set()
+    assert "\x1b]52" not in out and "\x1b]8;;http" not in out and "\u2028" not in out and "\nFP001" not in out
+    assert "\\x1b]52;c;aGk=\\x07\\nFP001 ... PASS [bold]x\\u2028" in out

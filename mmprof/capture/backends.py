@@ -63,9 +63,15 @@ def record_with_tool(backend: str, cmd: list[str], out_path: Path, tdir: Path, o
         result.warnings.append(f"--steps/--skip/--light apply to the torch backend; {backend} captures the whole run")
     exe = find_tool(backend)
     tdir = Path(tdir).resolve()
-    if tdir.exists():
-        shutil.rmtree(tdir)
-    tdir.mkdir(parents=True)
+    if tdir.exists() and (not tdir.is_dir() or any(tdir.iterdir())):
+        # never delete what is there (a previous run, or a user's own files): this run gets a new folder beside it
+        import tempfile
+
+        new = Path(tempfile.mkdtemp(prefix=tdir.name + ".", dir=tdir.parent))
+        result.warnings.append(f"{tdir} is not empty; this run's {backend} output went to {new}")
+        tdir = new
+        result.trace_dir = str(tdir)
+    tdir.mkdir(parents=True, exist_ok=True)
     if backend == "rocprofv3":
         result.exit_code = run_command(rocprofv3_command(exe, tdir, cmd))
         files = sorted(p for p in tdir.rglob("*.db") if p.is_file())

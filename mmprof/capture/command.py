@@ -22,7 +22,7 @@ def run_command(cmd: list[str], env: dict[str, str] | None = None) -> int:
         raise BadInput("no command given: use `mmprof record [OPTIONS] -- CMD ARGS...`")
     interactive = _isatty(sys.stdin)
     try:
-        proc = subprocess.Popen(cmd, env=env, process_group=None if interactive else 0)
+        proc = subprocess.Popen(cmd, env=env, process_group=None if interactive else 0, preexec_fn=_die_with_parent)
     except FileNotFoundError:
         raise BadInput(f"{cmd[0]}: command not found") from None
     except PermissionError:
@@ -54,6 +54,21 @@ def run_command(cmd: list[str], env: dict[str, str] | None = None) -> int:
         for s, h in old.items():
             signal.signal(s, h)
     return 128 - rc if rc < 0 else rc
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when mmprof dies, even by SIGKILL (Linux prctl PR_SET_PDEATHSIG), so
+    a killed `record` never leaves its workload running (SIGTERM / SIGINT to mmprof are forwarded to the whole
+    process group above; a launcher such as torchrun passes the SIGTERM on to its workers)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+    except Exception:  # not Linux: the forwarding above still covers SIGTERM / SIGINT / SIGHUP
+        pass
 
 
 def _isatty(f) -> bool:

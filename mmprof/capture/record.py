@@ -11,9 +11,12 @@ says which ranks are complete, partial or missing.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 import time
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,9 @@ from mmprof.capture import backends
 from mmprof.capture.command import run_command
 from mmprof.capture.session import DEFAULT_STEP_MARKERS, MODES, TRACE_SUFFIX, combine_traces
 from mmprof.errors import BadInput, CaptureUnavailable, MmprofError
+from mmprof.fileio import check_output, note_input
 from mmprof.importers import import_paths
+from mmprof.labels import MAX_RANK
 from mmprof.profiles.io import save_profile
 from mmprof.profiles.model import merge_profiles
 
@@ -142,17 +147,37 @@ def build_env(trace_dir: Path, opts: RecordOptions, base: dict[str, str] | None 
     return env
 
 
-def prepare_trace_dir(path: Path) -> Path:
-    """Create the per-process trace folder; clear files a previous record left there (only ours)."""
+def prepare_trace_dir(path: Path) -> dict[str, tuple[int, int]]:
+    """Create the per-process trace folder (when missing) and note what is already in it: `collect` reads and
+    removes only files this run wrote, so a previous run's files, and a user's own (even named `rank*` or
+    `proc*`), are never deleted or mixed in. Returns {name: (inode, mtime_ns)} of the files already there."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise BadInput(f"{path}: exists and is not a directory")
-    path.mkdir(parents=True, exist_ok=True)
-    for f in path.iterdir():
-        n = f.name.lstrip(".")
-        if f.is_file() and (n.startswith(("rank", "proc")) and (".pid" in n or n.startswith("proc"))):
-            f.unlink()
-    return path
+        raise BadInput(f"{path}: exists and is not a directory (the trace folder; give --trace-dir another path)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        return {f.name: _ident(f) for f in path.iterdir()}
+    except OSError as e:
+        raise BadInput(f"{path}: cannot create or read the trace folder: {e.strerror or e}") from None
+
+
+def _ident(f: Path) -> tuple[int, int]:
+    try:
+        st = f.stat()
+        return st.st_ino, st.st_mtime_ns
+    except OSError:
+        return -1, -1
+
+
+class _Ours:
+    """The files of the trace folder this run wrote: new since `prepare_trace_dir`, or changed since."""
+
+    def __init__(self, before: dict[str, tuple[int, int]] | None):
+        self.before = before or {}
+
+    def __call__(self, f: Path) -> bool:
+        old = self.before.get(f.name)
+        return old is None or old != _ident(f)
 
 
 # -- collecting what the processes left ----------------------------------------------------------
@@ -172,15 +197,18 @@ def _pid_alive(pid: int | None) -> bool:
         return True
 
 
-def wait_for_stragglers(trace_dir: Path, grace_s: float) -> None:
+def wait_for_stragglers(trace_dir: Path, grace_s: float, ours=None) -> None:
     """Give processes that outlived the command (orphaned workers) up to `grace_s` to finish writing."""
+    ours = ours or _Ours(None)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         alive = []
         for m in trace_dir.glob("*.partial"):
-            try:
-                pid = json.loads(m.read_text()).get("pid")
-            except (OSError, ValueError):
+            if not ours(m):
+                continue
+            doc = _read_json(m)
+            pid = doc.get("pid") if doc else None
+            if type(pid) is not int:
                 continue
             if _pid_alive(pid):
                 alive.append(pid)
@@ -190,26 +218,44 @@ def wait_for_stragglers(trace_dir: Path, grace_s: float) -> None:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """A meta or partial-marker file as a dict, or None when it is unreadable, not JSON, or not an object (a
+    crashed process may leave it half-written; a file may be anything)."""
     try:
-        doc = json.loads(path.read_text())
+        if path.stat().st_size > 16 * 2**20:
+            return None
+        doc = json.loads(path.read_bytes())
         return doc if isinstance(doc, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
-def collect(trace_dir: Path) -> tuple[list[ProcessCapture], int, list[str]]:
-    """Every process that started a capture: (processes, forked children not captured, warnings)."""
+def _typed(d: dict[str, Any], key: str, kind, default=None):
+    """d[key] when it has the type a capture writes (bool is not an int), else `default`."""
+    v = d.get(key)
+    if kind is int:
+        return v if type(v) is int and -(2**63) <= v < 2**63 else default
+    return v if isinstance(v, kind) else default
+
+
+def collect(trace_dir: Path, ours=None) -> tuple[list[ProcessCapture], int, list[str]]:
+    """Every process that started a capture: (processes, forked children not captured, warnings). Only files this
+    run wrote (`ours`, from `prepare_trace_dir`) are read or removed."""
     trace_dir = Path(trace_dir)
+    ours = ours or _Ours(None)
     procs: list[ProcessCapture] = []
     warnings: list[str] = []
     docs: dict[str, tuple[dict[str, Any], bool]] = {}
     for f in sorted(trace_dir.glob("*.meta.json")):
+        if not ours(f):
+            continue
         d = _read_json(f)
         if d is None:
             warnings.append(f"{f.name}: unreadable capture metadata, ignored")
             continue
         docs[f.name[: -len(".meta.json")]] = (d, True)
     for f in sorted(trace_dir.glob("*.partial")):
+        if not ours(f):
+            continue
         name = f.name[: -len(".partial")]
         if name in docs:
             f.unlink(missing_ok=True)  # exported after all (a race with the marker rewrite)
@@ -220,29 +266,40 @@ def collect(trace_dir: Path) -> tuple[list[ProcessCapture], int, list[str]]:
             warnings.append(f"{f.name}: unreadable partial marker")
         docs[name] = (d, False)
     for name, (d, finished) in sorted(docs.items()):
-        dist = d.get("dist") or {}
+        dist = _typed(d, "dist", dict, {})
         trace = trace_dir / f"{name}{TRACE_SUFFIX}"
         if not finished:
             # a process that died: keep whatever segments it flushed (a closed window, light mode's first part)
-            segs = sorted(trace_dir.glob(f"{name}.seg*{TRACE_SUFFIX}"), key=lambda p: _seg_index(p, name))
+            segs = sorted((g for g in trace_dir.glob(f"{glob.escape(name)}.seg*{TRACE_SUFFIX}") if ours(g)),
+                          key=lambda p: _seg_index(p, name))
             if segs:
-                combine_traces(segs, trace)
-                for s in segs:
-                    s.unlink(missing_ok=True)
-        segs_meta = list(d.get("segments") or [])
+                try:
+                    combine_traces(segs, trace)
+                except (OSError, ValueError, EOFError, zlib.error, RecursionError, MemoryError) as e:
+                    warnings.append(f"{name}: its flushed segments are unreadable ({str(e)[:120]}); none kept")
+                else:
+                    for s in segs:
+                        s.unlink(missing_ok=True)
+        segs_meta = [g for g in _typed(d, "segments", list, []) if isinstance(g, dict)]
+        notes = [str(n) for n in _typed(d, "notes", list, [])]
         if (not finished and d.get("state") == "done" and segs_meta and all(g.get("complete") for g in segs_meta)
-                and trace.exists()):
+                and trace.exists() and ours(trace)):
             # its window closed and was flushed; it only skipped the clean-up (os._exit, e.g. a forked worker)
             finished = True
-            d.setdefault("notes", []).append("exited without clean-up after its capture window was written")
+            notes.append("exited without clean-up after its capture window was written")
+        rank, drank = _typed(d, "rank", int), _typed(dist, "rank", int)
+        world = _typed(dist, "world_size", int) or _typed(d, "world_size", int)
+        err = d.get("error")
         procs.append(ProcessCapture(
-            name=name, pid=d.get("pid"), env_rank=d.get("rank"), dist_rank=dist.get("rank"),
-            world_size=dist.get("world_size") or d.get("world_size"), host=d.get("host"),
-            argv=list(d.get("argv") or []), trace=trace if trace.exists() else None, finished=finished,
-            state=d.get("state", "?"), steps_seen=int(d.get("steps_seen") or 0),
-            segments=list(d.get("segments") or []), notes=list(d.get("notes") or []), error=d.get("error"),
+            name=name, pid=_typed(d, "pid", int), env_rank=rank if rank is None or 0 <= rank <= MAX_RANK else None,
+            dist_rank=drank if drank is None or 0 <= drank <= MAX_RANK else None,
+            world_size=world if world is None or 0 < world <= MAX_RANK + 1 else None,
+            host=_typed(d, "host", str), argv=[str(a) for a in _typed(d, "argv", list, [])],
+            trace=trace if trace.exists() and ours(trace) else None, finished=finished,
+            state=_typed(d, "state", str, "?"), steps_seen=max(0, _typed(d, "steps_seen", int, 0)),
+            segments=segs_meta, notes=notes, error=None if err is None else str(err),
         ))
-    forked = len(list(trace_dir.glob("proc*.forked")))
+    forked = len([f for f in trace_dir.glob("proc*.forked") if ours(f)])
     return procs, forked, warnings
 
 
@@ -393,6 +450,22 @@ def _nothing_captured(procs: list[ProcessCapture], result: RecordResult) -> str:
     return f"nothing captured: {len(procs)} process(es) started a capture but none left usable data{rc}"
 
 
+def protect_command_files(cmd: list[str]) -> None:
+    """Register every file the wrapped command names (its program, its script, `--opt=FILE` values) as an input
+    of this command: the output guard (mmprof.fileio.check_output) then refuses `-o` onto any of them."""
+    if cmd:
+        exe = shutil.which(cmd[0])
+        if exe:
+            note_input(exe)
+    for a in cmd:
+        for part in (a, a.split("=", 1)[-1]) if "=" in a else (a,):
+            try:
+                if part and os.path.isfile(part):
+                    note_input(part)
+            except (OSError, ValueError):
+                pass
+
+
 # -- the whole thing ------------------------------------------------------------------------------
 def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "torch", opts: RecordOptions | None = None,
            trace_dir: str | os.PathLike | None = None, progress=None):
@@ -413,11 +486,13 @@ def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "tor
                           trace_dir=str(tdir), out=str(out_path), world_size=None)
     if backend != "torch":
         return backends.record_with_tool(backend, cmd, out_path, tdir, opts, result)
-    prepare_trace_dir(tdir)
+    protect_command_files(cmd)
+    check_output(out_path)  # before the command runs: a bad -o is refused now, not after an hour's run
+    ours = _Ours(prepare_trace_dir(tdir))
     env = build_env(tdir, opts)
     result.exit_code = run_command(cmd, env)
-    wait_for_stragglers(tdir, opts.grace_s)
-    procs, forked, warns = collect(tdir)
+    wait_for_stragglers(tdir, opts.grace_s, ours)
+    procs, forked, warns = collect(tdir, ours)
     result.forked_not_captured = forked
     result.warnings.extend(warns)
     profile = build_profile(procs, result, progress)

@@ -150,7 +150,7 @@ class CaptureSession:
         self.step_markers = tuple(step_markers)
         self.marker_re = compile_markers(self.step_markers)
         self.activities = activities
-        self.quiet = quiet  # drop Kineto's USDT/STAGE log lines (mmprof's own runs; `record` never filters)
+        self.quiet = quiet  # drop Kineto's USDT/STAGE log lines (every other line is passed on)
         self.pid = os.getpid()
         self.name = name or process_name(rank, self.pid)
         self.extra_meta = dict(extra_meta or {})

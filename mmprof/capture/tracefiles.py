@@ -20,6 +20,8 @@ def _read_trace(path: Path) -> dict[str, Any]:
     doc = json.loads(raw)
     if isinstance(doc, list):
         doc = {"traceEvents": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents", []), list):
+        raise ValueError(f"{path.name}: not a Chrome trace")
     return doc
 
 
@@ -60,6 +62,10 @@ def combine_traces(paths: list[Path], out: Path) -> Path:
     doc["traceEvents"] = events
     data = gzip.compress(json.dumps(doc).encode(), compresslevel=6, mtime=0)
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, out)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return out

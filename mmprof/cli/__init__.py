@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 
 import click
 
 from mmprof._version import __version__
 from mmprof.errors import MmprofError
-from mmprof.fileio import ENV_MAX_BYTES, ENV_MAX_EVENTS, GZIP_RATIO, track_inputs
+from mmprof.fileio import ENV_MAX_BYTES, ENV_MAX_EVENTS, GZIP_RATIO, remove_temporaries, track_inputs
 
 # name -> (module, function, one-line help). The help lives here so `mmprof --help` imports nothing.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -70,6 +71,8 @@ def cli(ctx: click.Context, debug: bool, max_input_bytes: str | None, max_events
     Exit codes: 0 all good, 1 a gate found violations (verify-fastpath, shapes --check, report --check),
     2 bad usage, bad input or no evidence.
     """
+    global _DEBUG
+    _DEBUG = bool(debug)
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
     for env, value in ((ENV_MAX_BYTES, max_input_bytes), (ENV_MAX_EVENTS, max_events)):
@@ -87,42 +90,156 @@ def _restore(env: str, saved: str | None) -> None:
         os.environ[env] = saved
 
 
+_DEBUG = False  # set by the group's --debug option (or MMPROF_DEBUG) once parsed: never from a command's arguments
+
+
+class Terminated(BaseException):
+    """SIGTERM / SIGHUP arrived: unwinds like Ctrl-C, so every `finally` (temporary files) runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_signal(signum, frame):
+    raise Terminated(signum)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the click app and turn every error into one line on stderr plus an exit code.
 
-    MmprofErrors (bad input, no evidence, ...) exit with their code (2); any other exception is a bug in mmprof
-    but still exits 2 with one "internal error" line, never 1, which is reserved for "a check found violations".
-    `--debug` (or MMPROF_DEBUG=1) shows the traceback instead."""
+    MmprofErrors (bad input, no evidence, ...) exit with their code (2); OS errors (disk full, file too large,
+    permission denied, a closed or full stdout) are one `mmprof: error:` line and exit 2; any other exception is a
+    bug in mmprof but still exits 2 with one "internal error" line, never 1, which is reserved for "a check found
+    violations". SIGTERM / SIGHUP / SIGINT remove the temporary files of writes in progress and exit 128+N.
+    `--debug` (before the command, or MMPROF_DEBUG=1) shows the traceback instead."""
+    global _DEBUG
     args = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in args or bool(os.environ.get("MMPROF_DEBUG"))
+    _DEBUG = False
+    old = {}
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            old[s] = signal.signal(s, _on_signal)
+        except (ValueError, OSError):  # not the main thread (tests calling main() from a worker)
+            pass
     try:
-        rc = cli.main(args=args, prog_name="mmprof", standalone_mode=False)
+        code = _dispatch(args)
+        code = _finish_stdout(code)
+    finally:
+        remove_temporaries()
+        for s, h in old.items():
+            signal.signal(s, h)
+    sys.exit(code)
+
+
+def _dispatch(args: list[str]) -> int:
+    try:
+        rc = _run(args)
     except MmprofError as e:
-        if debug:
+        if _DEBUG:
             raise
-        click.echo(f"mmprof: error: {one_line(str(e))}", err=True)
-        sys.exit(e.exit_code)
+        _err(f"mmprof: error: {one_line(str(e))}")
+        return e.exit_code
     except click.exceptions.Abort:
-        click.echo("mmprof: aborted", err=True)
-        sys.exit(130)
+        _err("mmprof: aborted")
+        return 130
     except click.ClickException as e:
         e.show()
-        sys.exit(2)
+        return 2
     except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
+        return e.exit_code
+    except SystemExit as e:
+        if "PacifyFlushWrapper" in type(sys.stdout).__name__:  # click's own answer to EPIPE: sys.exit(1)
+            return _stdout_closed(BrokenPipeError(32, "Broken pipe"))
+        raise
     except KeyboardInterrupt:
-        click.echo("mmprof: interrupted", err=True)
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(0)
-    except Exception as e:  # a bug: still one line and exit 2, never 1 (violations)
-        if debug:
+        remove_temporaries()
+        _err("mmprof: interrupted")
+        return 130
+    except Terminated as e:
+        remove_temporaries()
+        _err(f"mmprof: terminated by signal {e.signum}")
+        return 128 + e.signum
+    except RecursionError as e:  # before OSError/Exception: input nested too deep for some parser
+        if _DEBUG:
             raise
-        click.echo(f"mmprof: internal error: {type(e).__name__}: {one_line(str(e))} "
-                   "(please report it; --debug shows the traceback)", err=True)
-        sys.exit(2)
+        _err(f"mmprof: error: input nested too deep to read ({one_line(str(e))})")
+        return 2
+    except OSError as e:
+        if _DEBUG:
+            raise
+        return _os_error(e)
+    except Exception as e:  # a bug: still one line and exit 2, never 1 (violations)
+        if _DEBUG:
+            raise
+        _err(f"mmprof: internal error: {type(e).__name__}: {one_line(str(e))} "
+             "(please report it; --debug shows the traceback)")
+        return 2
     # ctx.exit(code) inside a command comes back here as its return value.
-    sys.exit(rc if isinstance(rc, int) else 0)
+    return rc if isinstance(rc, int) else 0
+
+
+def _run(args: list[str]):
+    try:
+        return cli.main(args=args, prog_name="mmprof", standalone_mode=False)
+    except Exception as e:  # a command that asked for a report file on failure (verify-fastpath --junit) gets it
+        common = sys.modules.get("mmprof.cli._common")
+        if common is not None:
+            common.write_junit_for_error(e)
+        raise
+    finally:
+        common = sys.modules.get("mmprof.cli._common")
+        if common is not None:
+            common._junit.clear()
+
+
+def _os_error(e: OSError) -> int:
+    """An OS error no module turned into a BadInput: one line naming the file (or stdout) and the reason."""
+    if isinstance(e, BrokenPipeError) or _stdout_broken():
+        return _stdout_closed(e)
+    where = f"{one_line(str(e.filename))}: " if e.filename else ""
+    _err(f"mmprof: error: {where}{one_line(e.strerror or str(e))}")
+    return 2
+
+
+def _stdout_broken() -> bool:
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        return True
+    return False
+
+
+def _stdout_closed(e: OSError) -> int:
+    """stdout cannot take the output (a closed pipe, a full disk, /dev/full): exit 2, never 0 or 1, and never an
+    'Exception ignored' message when Python flushes stdout at exit."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):
+        pass
+    why = "the reader closed the pipe" if isinstance(e, BrokenPipeError) else one_line(e.strerror or str(e))
+    _err(f"mmprof: error: stdout: the output could not be written ({why})")
+    return 2
+
+
+def _finish_stdout(code: int) -> int:
+    """Flush stdout while errors can still be reported (a full disk shows at the flush, not at the write)."""
+    try:
+        sys.stdout.flush()
+    except OSError as e:
+        return _stdout_closed(e)
+    except ValueError:  # stdout closed by the caller
+        pass
+    return code
+
+
+def _err(line: str) -> None:
+    try:
+        click.echo(line, err=True)
+    except (OSError, ValueError):  # stderr itself is gone: nothing left to tell
+        pass
 
 
 def one_line(msg: str, limit: int = 500) -> str:

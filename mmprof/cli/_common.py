@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Any
 
@@ -10,24 +9,21 @@ import click
 import orjson
 from rich.console import Console
 
-from mmprof.fileio import atomic_write
+from mmprof.errors import MmprofError
+from mmprof.fileio import atomic_write, note_input, track_inputs
+from mmprof.render.safe import SafeConsole, json_text
 
 
 def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
-
-
-# characters a terminal acts on that JSON may carry raw (DEL, C1 controls, bidi marks, overrides and isolates; C0
-# controls are always escaped by the encoder): written as \\uXXXX escapes, the same JSON value, inert on a
-# terminal (outside strings JSON has only ASCII punctuation and whitespace, so only string contents change)
-_UNSAFE_JSON = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+    """The console every command prints through: mmprof.render.safe.SafeConsole makes names inert at the sink."""
+    return SafeConsole(stderr=stderr, highlight=False, soft_wrap=False)
 
 
 def echo_json(obj: Any) -> None:
     """Print one JSON document on stdout (numpy values allowed; terminal control characters escaped)."""
     text = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
                         | orjson.OPT_NON_STR_KEYS, default=_default).decode()
-    sys.stdout.write(_UNSAFE_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+    sys.stdout.write(json_text(text))  # DEL, C1, bidi controls, U+2028/2029 as \\uXXXX (mmprof.render.safe)
     sys.stdout.write("\n")
 
 
@@ -65,6 +61,37 @@ def load_any(path: str, graph_ref: str | None = None):
     from mmprof.importers import import_paths  # see load_ref
 
     return import_paths([path], graph_ref=load_ref(graph_ref))
+
+
+_junit: dict = {}
+
+
+def junit_on_error(junit_path: str | None, profile: str | None, inputs) -> None:
+    """`verify-fastpath --junit FILE`: FILE is written on every exit path (docs/fastpath.md). The inputs named on
+    the command line are registered first (so FILE is never one of them, even when the error comes before they
+    are read); `write_junit_for_error` (called by mmprof.cli.main's error path) writes one <error> test case."""
+    _junit.clear()
+    inputs = [str(f) for f in inputs if f]
+    for f in inputs:
+        note_input(f)
+    if junit_path:
+        _junit.update(path=junit_path, profile=profile, inputs=inputs)
+
+
+def write_junit_for_error(e: BaseException) -> None:
+    path = _junit.pop("path", None)
+    if not path:
+        return
+    from mmprof.render.junit import write_error_junit
+
+    msg = str(e) if isinstance(e, MmprofError) else f"internal error: {type(e).__name__}: {e}"
+    try:
+        with track_inputs():  # the command's own tracking has closed with it: the inputs again, before writing
+            for f in _junit.get("inputs") or []:
+                note_input(f)
+            write_error_junit(msg, path, type(e).__name__, _junit.get("profile"))
+    except Exception:  # the JUnit path itself is bad: the original error is the one to report
+        pass
 
 
 def write_text(path: str, text: str) -> None:

@@ -54,7 +54,7 @@ def workload_options(f):
         click.option("--prompt-len", type=int, default=128, show_default=True, help="Prompt tokens per sequence."),
         click.option("--decode-steps", type=int, default=8, show_default=True,
                      help="Greedy decode steps after the prefill."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed for the weights and the random prompt."),
+        click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="Seed for the weights and the random prompt."),
     ]
     for o in reversed(opts):
         f = o(f)

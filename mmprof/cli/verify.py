@@ -14,12 +14,12 @@ from mmprof.analysis.engine_steps import describe, engine_steps
 from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.classify import load_rules
 from mmprof.capture.run_options import validate
-from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, load_any
+from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, junit_on_error, load_any
 from mmprof.cli._options import model_options, run_options, shape_regions, workload_options
 from mmprof.analysis.shape_match import match_profile
-from mmprof.errors import BadInput, MmprofError
+from mmprof.errors import BadInput
 from mmprof.modelspec import ModelSpec
-from mmprof.render.junit import write_junit, write_junit_error
+from mmprof.render.junit import write_junit
 from mmprof.render.text.progress import progress_bar
 from mmprof.render.safe import markup
 from mmprof.render.text.verify import render_verify
@@ -56,13 +56,10 @@ def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | No
     --shared-expert separate` exits 1 with FP001). With --model CONFIG, a trace that has shapes but no
     annotations or module events is labelled by matching its GEMMs with the model's per-rank shapes.
     """
-    try:
-        result, prof = _verify(profile, spec_path, rules_paths, sparse_layers, do_run, output, model, tp, ep,
-                               graph_ref, as_json, run_opts)
-    except MmprofError as e:
-        if junit_path:  # CI always gets a report: bad input is one <error> test case (docs/fastpath.md)
-            write_junit_error(str(e), junit_path)
-        raise
+    # --junit on every exit path: the CLI's one error path writes an <error> case (bad input, internal error)
+    junit_on_error(junit_path, profile, (profile, spec_path, *rules_paths))
+    result, prof = _verify(profile, spec_path, rules_paths, sparse_layers, do_run, output, model, tp, ep,
+                           graph_ref, as_json, run_opts)
     if junit_path:
         write_junit(result, junit_path)
     steps = engine_steps(prof)  # a serving engine's steps: the checks see their phases (prefill / mixed / decode)

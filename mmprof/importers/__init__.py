@@ -29,6 +29,7 @@ IMPORTERS: dict[str, str] = {
 }
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # Nsight Systems' own report format: `nsys export` it first
 
 
 def sqlite_tables(path: Path) -> set[str]:
@@ -48,9 +49,14 @@ def detect(path: str | os.PathLike) -> str:
     p = Path(path)
     if not p.exists():
         raise BadInput(f"{p}: no such file or directory")
+    if not p.is_file() and not p.is_dir():  # a device or a FIFO: never read (endless, or blocking)
+        raise BadInput(f"{p}: is a device or a FIFO, not a regular file; save the data to a file first")
     if p.stat().st_size == 0:
         raise BadInput(f"{p}: empty file")
     head = head_bytes(p, 65536)
+    if p.suffix.lower() in NSYS_REPORT_SUFFIXES and not head.startswith(SQLITE_MAGIC):
+        raise UnsupportedFormat(f"{p}: an Nsight Systems report, which mmprof does not read directly; export it "
+                                f"first: nsys export --type sqlite {p} (then import the .sqlite)")
     if head.startswith(SQLITE_MAGIC):
         return _detect_sqlite(p)
     text = head.lstrip()

@@ -17,6 +17,7 @@ from typing import Any, Union
 import msgspec
 
 from mmprof.errors import BadInput
+from mmprof.fileio import check_density, check_events
 
 Num = Union[int, float]
 IntOrStr = Union[int, str]
@@ -82,12 +83,18 @@ _TRACE = msgspec.json.Decoder(Trace)
 _EVENTS = msgspec.json.Decoder(list[Event])
 
 
-def decode(data: bytes, where: str) -> tuple[Trace, int]:
+def decode(data: bytes, where: str, compressed: int | None = None) -> tuple[Trace, int]:
     """Decode a Chrome trace (object with traceEvents, or a bare event array).
 
     Returns the Trace and the number of events that had to be dropped because they did not fit the types
-    (0 on the fast path). Raises BadInput for anything that is not a trace.
+    (0 on the fast path). Raises BadInput for anything that is not a trace. The event limits (mmprof.fileio:
+    `max_events`, and for a gzip of `compressed` bytes the events per compressed byte) are checked on a count of
+    the `"ph"` keys before anything is parsed: the parsed events, not the bytes, are what takes the memory.
     """
+    n = data.count(b'"ph"')
+    check_events(n, where)
+    if compressed is not None:
+        check_density(n, compressed, where)
     head = data[:64].lstrip()
     try:
         if head.startswith(b"["):

@@ -14,6 +14,7 @@ import numpy as np
 from mmprof.importers._chrome import Args
 from mmprof.importers._kineto_comm import collectives
 from mmprof.importers._nesting import (
+    MAX_PATH_DEPTH,
     MAX_TIME_NS,
     Lanes,
     _ints,
@@ -257,13 +258,14 @@ class RankImporter:
         step = np.full(n, -1, np.int64)
         par = lanes.parent.tolist()
         own = steps if steps is not None else [step_of(x) for x in names]
+        dep = lanes.depth.tolist()
         for i in lanes.order.tolist():  # parents come before children in this order
             p = par[i]
             nm = names[i]
             ph = phase_of(nm)
             sp = own[i]
             if p >= 0:
-                path[i] = path[p] + " > " + nm
+                path[i] = path[p] + " > " + nm if dep[i] < MAX_PATH_DEPTH else path[p]  # bounded
                 phase[i] = phase[p] or ph  # the outermost label that names a phase
                 step[i] = sp if sp >= 0 else step[p]
             else:

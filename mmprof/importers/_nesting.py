@@ -15,6 +15,11 @@ from mmprof.profiles.schema import MAX_TIME_NS
 
 _TRAILING_INT = re.compile(r"\d+$")
 
+# A scope path (`kernels.scope_path`) holds at most this many of the outermost scopes: deeper ones are still scopes
+# (their own name, depth and parent), but joining every ancestor's name at every depth would be quadratic in the
+# nesting (20,000 nested annotations: gigabytes of paths). Real traces nest a few dozen deep. docs/limits.md.
+MAX_PATH_DEPTH = 256
+
 
 _I64 = 2**63
 

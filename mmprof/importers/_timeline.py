@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from mmprof._version import __version__
 from mmprof.errors import BadInput
+from mmprof.importers._nesting import MAX_PATH_DEPTH
 from mmprof.labels import MAX_RANK, SEP, phase_of, phase_of_path, step_values
 from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
 from mmprof.profiles.schema import MAX_TIME_NS, TABLES
@@ -207,8 +208,8 @@ def attribute(nest: ScopeNest | None, tids: Sequence[int], times: Sequence[int]
         if hit is None:
             names = [nest.names[i] for i in chain]
             inner = [nest.step_val[i] for i in chain if nest.step_val[i] >= 0]  # the innermost step marker
-            hit = (names[-1] if names else None, SEP.join(names) if names else None, phase_of_path(names),
-                   inner[-1] if inner else -1)
+            hit = (names[-1] if names else None, SEP.join(names[:MAX_PATH_DEPTH]) if names else None,
+                   phase_of_path(names), inner[-1] if inner else -1)
             cache[key] = hit
         if (hit[2] is None or hit[3] < 0) and ts is not None and ts >= 0:
             wph, wst = nest.window(ts)  # no marker on the launching thread: the window of another thread

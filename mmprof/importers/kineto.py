@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mmprof.errors import BadInput
-from mmprof.fileio import check_events, read_bytes
+from mmprof.fileio import check_events, gzip_size, read_bytes
 from mmprof.importers import _kineto_meta as km
 from mmprof.importers._chrome import decode
 from mmprof.importers._kineto_rank import RankImporter
@@ -189,7 +189,7 @@ def load_one(path: str | os.PathLike, rank: int | None = None, many: bool = Fals
 
 def _load_one(path: Path, rank: int | None, many: bool) -> Profile:
     data = read_bytes(path)
-    trace, bad = decode(data, str(path))
+    trace, bad = decode(data, str(path), gzip_size(path))  # event limits checked before the parse
     del data
     events = trace.traceEvents or []
     warnings: list[str] = []

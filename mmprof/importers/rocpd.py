@@ -84,7 +84,35 @@ def _table_sets(path: Path, con: sqlite3.Connection) -> list[_Tables]:
             if cols and "start" not in cols and "start_id" in cols:
                 raise UnsupportedFormat(f"{path}: a draft rocpd layout (start_id/end_id -> rocpd_timestamp) that "
                                         "no released rocprofv3 writes; re-record with rocprofv3 from ROCm >= 7.0")
+    _check_tables(path, sets, {n for n, t in rows if t == "view"})
     return sets
+
+
+_READ = ("metadata", "string", "kernel_dispatch", "region", "memory_copy", "event", "info_agent", "info_process",
+         "info_thread", "info_node", "info_kernel_symbol")
+
+
+def _check_tables(path: Path, sets: list[_Tables], views: set[str]) -> None:
+    """rocprofv3 writes the suffixed rocpd_* tables as tables (only the unsuffixed names are views): a suffixed
+    name that is a view, or a timeline without its string table, is a damaged or edited database. Refused, never
+    summarised with empty names (docs/limits.md)."""
+    for ts in sets:
+        for base in _READ:
+            n = f"rocpd_{base}{ts.suffix}"
+            if n in views:
+                raise BadInput(f"{path}: {n} is a view, not a table (rocprofv3 writes it as a table): a damaged or "
+                               "edited database; re-export it from the capture")
+        if (ts.name("kernel_dispatch") or ts.name("region")) and not ts.name("string"):
+            raise BadInput(f"{path}: rocpd_string{ts.suffix} is missing: kernel and API names cannot be read; "
+                           "a damaged or edited database")
+        for base in _READ:
+            n = ts.name(base)
+            if n is None:
+                continue
+            try:
+                ts.con.execute(f"SELECT * FROM `{n}` LIMIT 1").fetchall()
+            except sqlite3.DatabaseError as e:
+                raise BadInput(f"{path}: table {n} cannot be read ({e})") from None
 
 
 def _processes(ts: _Tables) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import orjson
 from mmprof._version import __version__
 from mmprof.errors import BadInput, SchemaError
 from mmprof.fileio import atomic_write, check_events, max_events, read_bytes
-from mmprof.profiles.model import _NP_DTYPE, Profile, _empty_column
+from mmprof.profiles.model import _NP_DTYPE, Profile, _empty_column, cap_strings
 from mmprof.profiles.schema import (
     FORMAT_NAME,
     MAX_RANK,
@@ -185,6 +185,7 @@ def from_dict(doc: Any, where: str = "profile") -> Profile:
         tables[t] = out
     meta = doc.get("meta") or {}
     check_meta(meta, where)
+    cap_strings(strings)  # a saved Profile holds no name longer than an import would (MAX_NAME_CHARS)
     return Profile(meta, strings, tables)
 
 

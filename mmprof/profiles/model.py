@@ -40,6 +40,26 @@ class StringTable:
         return len(self.strings)
 
 
+# The longest string (a kernel, op or scope name) a Profile holds: real kernel names reach about 5,000 characters
+# (CUTLASS templates); a longer one is cut at import (docs/limits.md) to its head and tail around a marker that
+# names its length and hash, so distinct names stay distinct and name parsing never sees megabytes.
+MAX_NAME_CHARS = 16384
+_HEAD, _TAIL = 12288, 3072
+
+
+def cap_strings(strings: list[str]) -> int:
+    """Cut (in place) every string longer than MAX_NAME_CHARS; returns how many were cut."""
+    import hashlib
+
+    n = 0
+    for i, s in enumerate(strings):
+        if isinstance(s, str) and len(s) > MAX_NAME_CHARS:
+            h = hashlib.sha1(s.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+            strings[i] = f"{s[:_HEAD]}...[{len(s):,} characters, cut; sha1 {h}]...{s[-_TAIL:]}"
+            n += 1
+    return n
+
+
 def _empty_column(kind: str, n: int = 0) -> np.ndarray:
     if kind == "float":
         return np.full(n, np.nan, dtype=np.float64)
@@ -221,6 +241,11 @@ class ProfileBuilder:
                     raise SchemaError(f"builder table {t!r}: column {c!r} has {len(vals)} rows, expected {n}")
                 out[c] = np.asarray(vals, dtype=_NP_DTYPE[kind]) if n else _empty_column(kind)
             tables[t] = out
+        cut = cap_strings(self.strings.strings)
+        if cut:
+            self.meta.setdefault("warnings", []).append(
+                f"{cut} name(s) longer than {MAX_NAME_CHARS:,} characters were cut (head and tail kept, with the "
+                "full name's length and hash)")
         return Profile(self.meta, self.strings.strings, tables)
 
 

@@ -54,17 +54,23 @@ def write_junit(result: Any, path: str | os.PathLike) -> Path:
     return atomic_write(path, to_xml(result))
 
 
-def write_junit_error(message: str, path: str | os.PathLike, suite_name: str = "mmprof.verify-fastpath") -> Path | None:
-    """A JUnit document for a gate that could not run (bad input): one test case, one <error> with the message.
-    Never raises: the input's own error is the one to report."""
+def error_xml(message: str, error_type: str = "BadInput", profile: str | None = None,
+              suite_name: str = "mmprof.verify-fastpath") -> bytes:
+    """The JUnit document of a gate that could not run (bad input, no evidence before any check): one testcase
+    with an <error>, so a CI job that reads the file sees the failure and its reason (docs/fastpath.md)."""
     suites = ET.Element("testsuites", name=suite_name, tests="1", failures="0", errors="1")
-    suite = ET.SubElement(suites, "testsuite", name=suite_name, tests="1", failures="0", errors="1", skipped="0",
-                          time="0")
-    case = ET.SubElement(suite, "testcase", classname=f"{suite_name}.input", name="input", time="0")
-    el = ET.SubElement(case, "error", message=v(message)[:1000], type="BadInput")
+    suite = ET.SubElement(suites, "testsuite", name="mmprof.verify-fastpath", tests="1", failures="0", errors="1",
+                          skipped="0", time="0")
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="profile", value=v(profile or ""))
+    ET.SubElement(props, "property", name="exit_code", value="2")
+    case = ET.SubElement(suite, "testcase", classname="mmprof.verify-fastpath", name="input", time="0")
+    el = ET.SubElement(case, "error", message=v(message)[:1000], type=v(error_type))
     el.text = v(message)
     ET.indent(suites)
-    try:
-        return atomic_write(path, ET.tostring(suites, encoding="utf-8", xml_declaration=True))
-    except Exception:  # noqa: BLE001 - the input error is reported, not this one
-        return None
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+
+
+def write_error_junit(message: str, path: str | os.PathLike, error_type: str = "BadInput",
+                      profile: str | None = None) -> Path:
+    return atomic_write(path, error_xml(message, error_type, profile))

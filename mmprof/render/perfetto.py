@@ -30,9 +30,7 @@ characters cannot break the document. A kernel's full name can be 1,000+ charact
 
 from __future__ import annotations
 
-import gzip
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -47,6 +45,7 @@ from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY
 from mmprof.analysis.engine_steps import engine_steps
 from mmprof.analysis.timeline import CATEGORIES, LABELS, category_segments, timeline
 from mmprof.errors import BadInput, NoEvidence
+from mmprof.fileio import atomic_output
 from mmprof.names import display_name
 
 FULL_NAMES_EVERY_MAX = 200_000
@@ -521,21 +520,10 @@ def export_trace(profile, path: str | os.PathLike, full_names: str = "auto",
     """Write the trace of `profile` to `path` (gzip when it ends in `.gz`), atomically; see the module docstring."""
     t = time.perf_counter()
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     stats: dict[str, Any] = {}
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            f = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=4, mtime=0) if out.suffix == ".gz" else raw
-            try:
-                for chunk in trace_chunks(profile, full_names, progress, stats, cpu):
-                    f.write(chunk)
-            finally:
-                if f is not raw:
-                    f.close()
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return ExportStats(path=str(out), bytes=out.stat().st_size, seconds=time.perf_counter() - t, **stats)
+    # the one output guard (mmprof.fileio): never over an input, a device or FIFO written into, no debris
+    with atomic_output(out, compress=out.suffix == ".gz", level=4) as f:
+        for chunk in trace_chunks(profile, full_names, progress, stats, cpu):
+            f.write(chunk)
+    real = Path(os.path.realpath(out))
+    return ExportStats(path=str(out), bytes=real.stat().st_size if real.is_file() else 0, seconds=time.perf_counter() - t, **stats)

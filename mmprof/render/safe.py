@@ -10,8 +10,16 @@ A kernel, op, region or file name is data: it must never restyle, hide or fake o
 - `markup(s)`: `visible` plus rich's markup escaping, for text printed through rich's markup
   (`[bold red]x[/]`, `[link=...]` or `[/]` in a name print literally).
 - `cell(s)`: a rich `Text` of `visible(s)`: no markup is parsed at all (table cells).
-- Markdown (`mmprof.render.markdown.md_escape`), JUnit XML and HTML apply `visible` before their own escaping;
-  JSON needs nothing: the encoder escapes control characters.
+- Markdown (`mmprof.render.markdown.md_escape`), JUnit XML and HTML apply `visible` before their own escaping.
+- `json_text(s)`: a JSON document with every character of the same set written as a `\\uXXXX` escape (the same
+  JSON value; the encoder already escapes C0, this adds DEL, C1, bidi controls and U+2028/U+2029, which JSON
+  allows raw but a terminal acts on and JavaScript treats as line ends).
+- `SafeConsole`: the rich Console every command prints through (`mmprof.cli._common.console`, the progress bar).
+  Whatever reaches it is made inert at the last step, whatever the renderer did: every text segment and table cell
+  shows the set above as escapes. Newlines excepted: at the sink they cannot be told from the renderer's own line
+  breaks (`layout.fold` breaks long names into cell lines), so a name's newline is shown where the name enters the
+  output: `visible` / `markup` / `cell`, which every renderer applies to names (`fit_table` does for its cells). A closed stdout raises BrokenPipeError (one error line and
+  exit 2 in `mmprof.cli.main`), never rich's SystemExit(1), which would read as "violations".
 
 Backslashes themselves are kept (Windows paths stay readable): the point is inertness, not a reversible encoding.
 """
@@ -20,7 +28,10 @@ from __future__ import annotations
 
 import re
 
+from rich.console import Console
 from rich.markup import escape as _rich_escape
+from rich.segment import Segment
+from rich.table import Table
 from rich.text import Text
 
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
@@ -48,3 +59,81 @@ def markup(s: object) -> str:
 def cell(s: object, style: str = "") -> Text:
     """`s` as a rich Text (markup never parsed), control characters shown."""
     return Text(visible(s), style=style)
+
+
+_UNSAFE_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff\ufffe\uffff]")
+_UNSAFE_LINES = re.compile(_UNSAFE.pattern.replace("\x00-\x1f", "\x00-\x09\x0b-\x1f"))  # all but newline
+
+
+def json_text(text: str) -> str:
+    """A JSON document with the characters a terminal or a JavaScript parser acts on written as \\uXXXX escapes
+    (outside strings JSON has only ASCII, so only string contents change, and to the same value)."""
+    return _UNSAFE_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _lines_visible(s: str) -> str:
+    return _UNSAFE_LINES.sub(_show, s) if _UNSAFE_LINES.search(s) else s
+
+
+def safe_text(t: Text, newlines: bool = True) -> Text:
+    """A copy of a rich Text whose control characters are escapes, each keeping the style it had."""
+    pat = _UNSAFE if newlines else _UNSAFE_LINES
+    plain = t.plain
+    if not pat.search(plain):
+        return t
+    cuts = sorted({i for m in pat.finditer(plain) for i in (m.start(), m.end())})
+    out = Text(style=t.style, justify=t.justify, overflow=t.overflow, no_wrap=t.no_wrap, end=t.end,
+               tab_size=t.tab_size)
+    for part in t.divide(cuts):
+        if pat.fullmatch(part.plain):
+            style = part.spans[0].style if part.spans else ""
+            out.append(_show(pat.fullmatch(part.plain)), style=style)
+        else:
+            out.append_text(part)
+    return out
+
+
+def _safe_cell(c):
+    # newlines stay: they are the renderer's own (layout.fold breaks long names into lines); a name's newline is
+    # escaped where the name enters the table (visible / cell / fit_table), every other control character here
+    if isinstance(c, str):
+        return _lines_visible(c)  # markup of the renderer's own (`[green]PASS[/]`) stays
+    if isinstance(c, Text):
+        return safe_text(c, newlines=False)
+    return c
+
+
+def _safe_table(table: Table) -> None:
+    if getattr(table, "_mmprof_safe", False):
+        return
+    for col in table.columns:
+        col._cells = [_safe_cell(c) for c in col._cells]
+        if isinstance(col.header, (str, Text)):
+            col.header = _safe_cell(col.header)
+    for attr in ("title", "caption"):
+        v = getattr(table, attr, None)
+        if isinstance(v, (str, Text)):
+            setattr(table, attr, _safe_cell(v))
+    table._mmprof_safe = True
+
+
+class SafeConsole(Console):
+    """A rich Console that never sends a control character it was given as text (see the module docstring)."""
+
+    def render(self, renderable, options=None):
+        if isinstance(renderable, Table):
+            _safe_table(renderable)
+        elif isinstance(renderable, Text):
+            renderable = safe_text(renderable, newlines=False)
+        for seg in super().render(renderable, options):
+            if seg.control is None and seg.text and _UNSAFE_LINES.search(seg.text):
+                yield Segment(_lines_visible(seg.text), seg.style, None)
+            else:
+                yield seg
+
+    def render_str(self, text: str, *args, **kwargs) -> Text:
+        return super().render_str(_lines_visible(text), *args, **kwargs)
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(32, "Broken pipe")

@@ -78,7 +78,8 @@ class ModelArgs:
                 f"config {self.name}: mlp_types ({len(self.mlp_types)}) and attn_types ({len(self.attn_types)}) "
                 f"must each list n_layers={self.n_layers} entries"
             )
-        if set(self.mlp_types) - {"dense", "moe"} or set(self.attn_types) - {"full", "sparse"}:
+        if (not all(isinstance(t, str) for t in self.mlp_types + self.attn_types)
+                or set(self.mlp_types) - {"dense", "moe"} or set(self.attn_types) - {"full", "sparse"}):
             raise BadInput(f"config {self.name}: mlp_types must be dense|moe and attn_types full|sparse")
         if self.n_heads % self.n_kv_heads:
             raise BadInput(f"config {self.name}: n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")

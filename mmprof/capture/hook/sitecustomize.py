@@ -170,6 +170,7 @@ def _on_torch() -> None:
             step_markers=markers.split(",") if markers else mod.DEFAULT_STEP_MARKERS,
             activities=os.environ.get("MMPROF_RECORD_ACTIVITIES", "auto"),
             flush_every=_int_env("MMPROF_RECORD_FLUSH_EVERY"),
+            quiet=os.environ.get("MMPROF_RECORD_KINETO_LOG", "0") != "1",  # Kineto's USDT/STAGE lines hidden
         )
         _state["session"] = session
         mod.install_hooks(session)

@@ -1,10 +1,9 @@
 """Terminal rendering of `mmprof report --by-shape` (a ByShape): the per-shape roofline table and GPU time per op.
-Strings from a trace go through `rich.markup.escape`."""
+Strings from a trace go through `mmprof.render.safe.markup` (controls and newlines shown, markup literal)."""
 
 from __future__ import annotations
 
-from rich.markup import escape
-
+from mmprof.render.safe import markup as escape  # visible() + markup escaping: the one sanitiser
 from mmprof.render.text.ranks import table
 from mmprof.units import fmt_pct
 
@@ -25,7 +24,7 @@ def render_by_shape(result, console, rows: int = SHAPE_ROWS) -> None:
     devs = ", ".join(f"rank {r}: {n or 'no peak'}" for r, n in sorted(result.devices.items()))
     sel = " ".join(x for x in (f"phase {result.phase}" if result.phase else "",
                                f"rank {result.rank}" if result.rank is not None else "") if x)
-    console.print(f"[bold]mmprof report --by-shape[/bold]  events: {result.source}  {escape(sel)}  "
+    console.print(f"[bold]mmprof report --by-shape[/bold]  events: {escape(result.source)}  {escape(sel)}  "
                   f"devices: {escape(devs or '-')}")
     for n in result.notes:
         console.print(f"[dim]note: {escape(n)}[/dim]")

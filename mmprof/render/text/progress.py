@@ -14,11 +14,13 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from mmprof.render.safe import SafeConsole, markup
+
 DELAY_S = 2.0
 
 
 def _stderr() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=False)
+    return SafeConsole(stderr=True, highlight=False, soft_wrap=False)
 
 
 class progress_bar:
@@ -45,7 +47,7 @@ class progress_bar:
         with self._lock:
             self._state = (stage, done, total)
             if self._p is not None:
-                self._p.update(self._task, description=stage, completed=done, total=total)
+                self._p.update(self._task, description=markup(stage), completed=done, total=total)
             elif self._timer is None and not self._closed:
                 self._timer = threading.Timer(self.delay_s, self._show)
                 self._timer.daemon = True
@@ -59,7 +61,7 @@ class progress_bar:
             self._p = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                                console=self.console, transient=True)
             self._p.start()
-            self._task = self._p.add_task(stage, total=total, completed=done)
+            self._task = self._p.add_task(markup(stage), total=total, completed=done)  # a name: inert, one line
 
     def __exit__(self, *exc):
         with self._lock:

@@ -4,9 +4,9 @@ collective bandwidth. Strings from a trace go through `rich.markup.escape`."""
 from __future__ import annotations
 
 from rich import box
-from rich.markup import escape
 from rich.table import Table
 
+from mmprof.render.safe import markup as escape  # visible() + markup escaping: the one sanitiser
 from mmprof.units import fmt_pct, fmt_ranges
 
 STEP_ROWS = 12
