@@ -38,7 +38,7 @@ from mmprof.fileio import read_toml
 from mmprof.profiles.schema import MAX_RANK as _MAX_RANK
 
 ROLES_FILE = Path(__file__).resolve().parent / "rules" / "roles.toml"
-SOURCES = ("annotation", "module", "op", "shape")
+SOURCES = ("annotation", "module", "op", "shape")  # + the frame's own: replay-* (graph_align), family (sampler)
 PHASES = ("prefill", "decode", "mixed")
 MAX_STEP = 2**31 - 1
 MAX_RANK = _MAX_RANK  # ranks and world sizes beyond this are not ranks (a file that says so is refused)

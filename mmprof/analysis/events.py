@@ -189,6 +189,20 @@ def _launch_times(profile, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ls, le
 
 
+def _sampler_by_family(reg: Regions, fam_u: np.ndarray, inv: np.ndarray) -> None:
+    """A kernel whose rule names it a sampling kernel (top-k / top-p / Gumbel / argmax sampling: the `sampling`
+    family) and that no annotation, module or op placed is the model-level `sampler` region (label source
+    `family`): serving engines sample outside any nn.Module (vLLM v1's Triton sampler in the model runner), and
+    the family already says what the kernel is. Nothing else is placed by its family."""
+    if not len(inv):
+        return
+    samp = np.flatnonzero(fam_u == "sampling")
+    if not len(samp):
+        return
+    sel = np.isin(inv, samp) & (reg.region == None)  # noqa: E711
+    reg.layer[sel], reg.role[sel], reg.region[sel], reg.source[sel] = -1, "sampler", "sampler", "family"
+
+
 def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     K, M = profile.tables["kernels"], profile.tables["memcpy"]
     nk, nm = profile.n("kernels"), profile.n("memcpy")
@@ -224,6 +238,7 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     # graph replays with no op: regions from the eager kernels (families per kernel only when something replayed)
     kfam = fam_u[inv] if nk and (K["graph"] >= 0).any() else np.full(nk, "", dtype=object)
     replay_align = align_replays(profile, reg_k, kfam)
+    _sampler_by_family(reg_k, fam_u, inv)
     reg_m = regions(profile, "memcpy", np.arange(nm), index, shape_regions)
     kls, kle = _launch_times(profile, K["launch"])
     mls, mle = _launch_times(profile, M["launch"])

@@ -182,6 +182,7 @@ class StructureIndex:
         self._cache: dict[tuple[int, int], Region | None] = {}
         self._anchor: dict[int, tuple[int, str | None]] = {}
         self._op_role: dict[int, str | None] = {}
+        self._order: dict[int, int] | None = None
 
     def of_path(self, rank: int, code: int) -> Region | None:
         key = (rank, code)
@@ -222,6 +223,29 @@ class StructureIndex:
         for c in chain:
             self._anchor[c] = found
         return found
+
+    def order_layer(self, anchor: int) -> int:
+        """The layer of anchor op row `anchor` by its place among the step's attention ops (-1 unknown).
+
+        For traces where the decoder layers run compiled (vLLM's default torch.compile mode: no module events
+        inside them) but the engine's custom ops are recorded: within one engine step on one thread, every layer
+        calls each of its attention ops (`attn.core` / `attn.norm_rope` anchors) once, so the k-th occurrence
+        of the first of them opens layer k, and an anchor op between occurrence k and k+1 ran in layer k. Only
+        used when every such attention op name occurs equally often in the step and no anchor op occurs twice
+        between two clock ops (a model whose layers call different attention ops, such as M3's full and sparse
+        layers, is left alone); layers count from 0 on the
+        rank, so a pipeline stage other than the first is off by its first layer (docs/vllm.md)."""
+        if self._order is None:
+            # only with the module tree (with_stack): without it nothing tells a shared expert's GEMMs inside
+            # `vllm::moe_forward_shared` from the routed experts, and a layer would let FP001 pass on no evidence
+            self._order = _order_layers(self) if self.trees else {}
+        ops = self.profile.tables["ops"]
+        o, hops = anchor, 0
+        while o >= 0 and hops < 256:  # a nested anchor (topk inside moe_forward) takes its outermost anchor's
+            if o in self._order:
+                return self._order[o]
+            o, hops = (int(ops["parent"][o]) if "parent" in ops else -1), hops + 1
+        return -1
 
     def regions_for_codes(self, ranks: np.ndarray, codes: np.ndarray) -> Regions:
         n = len(codes)
@@ -309,6 +333,12 @@ def _apply_op_anchors(profile: Any, idx: StructureIndex, t: dict[str, np.ndarray
         return
     ops = profile.tables["ops"]
     codes = _path_codes(t, rows)
+    # the nesting test reads the op's own path: a graph-replayed kernel given an eager twin's op carries the
+    # replay's launch context, not the modules the op ran inside
+    ocodes = np.full(len(rows), -1, np.int64)
+    has_op = op_ref >= 0
+    if has_op.any():
+        ocodes[has_op] = _path_codes(ops, op_ref[has_op])
     ranks = t["rank"][rows]
     src_ok = np.array([x in (None, "module") for x in out.source], dtype=bool)
     cand = np.flatnonzero((op_ref >= 0) & src_ok)
@@ -321,11 +351,17 @@ def _apply_op_anchors(profile: Any, idx: StructureIndex, t: dict[str, np.ndarray
         anchor, role = found[u]
         if role is None or role == out.role[j]:
             continue
-        key = (anchor, int(codes[j]), int(out.layer[j]), out.region[j] is None, int(ranks[j]))
+        key = (anchor, int(codes[j]), int(out.layer[j]), out.region[j] is None, int(ranks[j]), int(ocodes[j]))
         if key not in memo:
             memo[key] = _anchor_layer(profile, idx, ops, anchor, role, key)
         layer = memo[key]
         if layer is None:
+            if out.region[j] is not None and out.layer[j] < 0 and out.role[j] not in _MODEL_ROLES:
+                # a module nested in the op names the role (SharedExperts in moe_forward_shared) but no layer
+                # (compiled decoder layers): the layer is the op's place among the step's attention ops
+                ol = idx.order_layer(anchor)
+                if ol >= 0:
+                    out.layer[j], out.region[j] = ol, region_name(ol, out.role[j])
             continue
         out.layer[j], out.role[j], out.region[j] = layer, role, region_name(layer, role)
         out.source[j] = out.source[j] or "op"
@@ -334,18 +370,88 @@ def _apply_op_anchors(profile: Any, idx: StructureIndex, t: dict[str, np.ndarray
 def _anchor_layer(profile: Any, idx: StructureIndex, ops: dict[str, np.ndarray], anchor: int, role: str,
                   key: tuple) -> int | None:
     """The layer an anchor op gives an event (key: anchor, event path code, event layer, event has no region,
-    rank); None when the anchor does not apply."""
-    _, code, layer, no_region, rank = key
+    rank, the event's op's path code); None when the anchor does not apply."""
+    _, code, layer, no_region, rank, ocode = key
     a_code = int(_path_codes(ops, np.array([anchor]))[0])
     a_path = profile.string(a_code) if a_code >= 0 else ""
-    k_path = profile.string(code) if code >= 0 else ""
-    if not no_region and a_path and k_path.startswith(a_path + SEP):
+    # the event's own path, and its op's (a graph-replayed kernel given an eager twin's op carries the replay's
+    # launch context, not the modules that op ran inside)
+    k_paths = [profile.string(c) or "" for c in (code, ocode) if c >= 0]
+    if not no_region and a_path and any(k.startswith(a_path + SEP) for k in k_paths):
         return None  # a module nested inside the op: the module is innermost
     if no_region:
         base = idx.of_path(rank, a_code) if a_code >= 0 else None
         layer = base.layer if base is not None else -1
     if layer < 0 and role not in _MODEL_ROLES:
+        layer = idx.order_layer(anchor)  # compiled layers: the op's place among the step's attention ops
+    if layer < 0 and role not in _MODEL_ROLES:
         # no layer from any module: a layer-less `moe.routed` would let FP001 pass on a trace whose shared
         # expert GEMMs run inside `vllm::moe_forward_shared` with nothing to tell them apart: leave it unknown
         return None
     return layer
+
+
+_CLOCK_ROLES = ("attn.core", "attn.norm_rope")
+
+
+def _order_layers(idx: StructureIndex) -> dict[int, int]:
+    """anchor op row -> layer by its place among the attention ops of its (rank, thread, step) (see
+    StructureIndex.order_layer); only outermost anchors (an anchor inside another names nothing here)."""
+    p = idx.profile
+    n = p.n("ops")
+    if not n or not roles().ops or "step" not in p.tables["ops"]:
+        return {}
+    ops = p.tables["ops"]
+    rules = roles()
+    role_of_code: dict[int, str | None] = {}
+    rows, rols = [], []
+    names = ops["name"]
+    for i in range(n):
+        c = int(names[i])
+        if c not in role_of_code:
+            role_of_code[c] = rules.op_role(p.string(c) or "")
+        r = role_of_code[c]
+        if r is None:
+            continue
+        par = int(ops["parent"][i]) if "parent" in ops else -1
+        if par >= 0 and idx.anchor_of(par)[1] is not None:
+            continue  # nested in another anchor
+        rows.append(i)
+        rols.append(r)
+    if not rows:
+        return {}
+    rows_a = np.array(rows, dtype=np.int64)
+    key = np.stack([ops["rank"][rows_a].astype(np.int64), ops["tid"][rows_a].astype(np.int64),
+                    ops["step"][rows_a].astype(np.int64)], axis=1)
+    out: dict[int, int] = {}
+    groups: dict[tuple, list[int]] = {}
+    for j, k in enumerate(map(tuple, key.tolist())):
+        if k[2] >= 0:
+            groups.setdefault(k, []).append(j)
+    start = ops["start_ns"]
+    for js in groups.values():
+        js.sort(key=lambda j: (int(start[rows[j]]), rows[j]))
+        clock = [j for j in js if rols[j] in _CLOCK_ROLES]
+        if not clock:
+            continue
+        counts: dict[int, int] = {}
+        for j in clock:
+            counts[int(names[rows[j]])] = counts.get(int(names[rows[j]]), 0) + 1
+        if len(set(counts.values())) != 1:
+            continue  # layers that call different attention ops: no clock
+        first = int(names[rows[clock[0]]])
+        bounds = np.array([int(start[rows[j]]) for j in clock if int(names[rows[j]]) == first], dtype=np.int64)
+        got: dict[int, int] = {}
+        seen: set[tuple[int, int]] = set()
+        for j in js:
+            t = int(start[rows[j]])
+            if t >= bounds[0]:
+                k = int(np.searchsorted(bounds, t, side="right")) - 1
+                key = (k, int(names[rows[j]]))
+                if key in seen:  # an op twice in one "layer": some layers call no clock op (M3's sparse layers)
+                    got = {}
+                    break
+                seen.add(key)
+                got[rows[j]] = k
+        out.update(got)
+    return out

@@ -149,7 +149,10 @@ def _adjacent_pairs(computed: set[int], sparse: list[int] | None) -> list[tuple[
 
 # where an event's region label came from (mmprof.analysis.structure), for messages
 _LABEL_SOURCE = {"annotation": "scope labels", "module": "module events", "op": "engine custom ops",
-                 "shape": "op shapes (--model)"}
+                 "shape": "op shapes (--model)", "family": "kernel families",
+                 "replay-name": "graph replays aligned with eager kernels",
+                 "replay-family": "graph replays aligned with eager kernels",
+                 "replay-between": "graph replays aligned with eager kernels"}
 
 
 @check("FP002")
