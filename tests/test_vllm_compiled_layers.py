@@ -95,3 +95,26 @@ def test_sampler_kernels_are_the_sampler_region():
     assert len(g) == n_gumbel and set(g.region) == {"sampler"} and set(g.label_source) == {"family"}
     # nothing but sampling-family kernels is placed by its family
     assert set(f[f.label_source == "family"].family) == {"sampling"}
+
+
+def test_engine_region_is_eager_work_outside_every_module(tmp_path):
+    """vLLM's model runner prepares each step's inputs outside the model (vllm/v1/worker/gpu_model_runner.py:
+    block tables, slot mappings, the host-to-device input copies): on a with_stack trace those kernels launch with
+    no nn.Module frame. They are the `engine` region; a replayed kernel never is, and a trace without module events
+    gets no `engine` region at all (nothing would tell the model's kernels from the engine's)."""
+    path = data_file(*TRACE)
+    p = import_paths([path])
+    ev = events_of(p)
+    eng = ev.region == "engine"
+    assert eng.any() and not (eng & (ev.graph >= 0)).any()
+    K, M = p.tables["kernels"], p.tables["memcpy"]
+    for i in np.flatnonzero(eng)[:200].tolist():
+        t = K if ev.table[i] == 0 else M
+        code = int(t["scope_path"][ev.row[i]])
+        assert code < 0 or "nn.Module: " not in (p.string(code) or "")
+    doc = json.load(gzip.open(path))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "python_function"]
+    q = tmp_path / "nostack.pt.trace.json.gz"
+    with gzip.open(q, "wt") as f:
+        json.dump(doc, f)
+    assert not (events_of(import_paths([q])).region == "engine").any()

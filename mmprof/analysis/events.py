@@ -203,6 +203,27 @@ def _sampler_by_family(reg: Regions, fam_u: np.ndarray, inv: np.ndarray) -> None
     reg.layer[sel], reg.role[sel], reg.region[sel], reg.source[sel] = -1, "sampler", "sampler", "family"
 
 
+def _outside_model(profile, table: str, reg: Regions) -> None:
+    """On a trace with nn.Module events: an eager (not graph-replayed) kernel or copy that nothing placed and whose
+    launch context holds no nn.Module frame at all ran outside the model's forward - the serving engine's input
+    preparation, sampling and output handling (vLLM's model runner: block tables, slot mappings, the host-to-device
+    copies of the inputs). It is the model-level `engine` region, label source `outside-model`. Only used where
+    the module tree exists, so that a trace without module events is never read as all-engine."""
+    t = profile.tables[table]
+    n = profile.n(table)
+    if not n or "scope_path" not in t:
+        return
+    cand = (reg.region == None) & (t["graph"] < 0)  # noqa: E711
+    if not cand.any():
+        return
+    codes = t["scope_path"].astype(np.int64)
+    uniq, inv = np.unique(codes[cand], return_inverse=True)
+    outside = np.array([c < 0 or "nn.Module: " not in (profile.string(int(c)) or "") for c in uniq.tolist()],
+                       dtype=bool)
+    sel = np.flatnonzero(cand)[outside[inv.reshape(-1)]]
+    reg.layer[sel], reg.role[sel], reg.region[sel], reg.source[sel] = -1, "engine", "engine", "outside-model"
+
+
 def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     K, M = profile.tables["kernels"], profile.tables["memcpy"]
     nk, nm = profile.n("kernels"), profile.n("memcpy")
@@ -240,6 +261,9 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     replay_align = align_replays(profile, reg_k, kfam)
     _sampler_by_family(reg_k, fam_u, inv)
     reg_m = regions(profile, "memcpy", np.arange(nm), index, shape_regions)
+    if index.trees:  # with a module tree (with_stack): eager work launched outside every module is the engine's
+        _outside_model(profile, "kernels", reg_k)
+        _outside_model(profile, "memcpy", reg_m)
     kls, kle = _launch_times(profile, K["launch"])
     mls, mle = _launch_times(profile, M["launch"])
     start = np.concatenate([K["start_ns"], M["start_ns"]])
