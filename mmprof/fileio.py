@@ -352,6 +352,16 @@ def check_output(path: str | os.PathLike) -> tuple[Path, os.stat_result | None]:
 
 
 @contextlib.contextmanager
+def _maybe_gzip(raw, compress: bool, level: int) -> Iterator:
+    """`raw` itself, or a deterministic gzip stream over it (mtime 0) when `compress`."""
+    if compress:
+        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level, mtime=0) as g:
+            yield g
+    else:
+        yield raw
+
+
+@contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, compress: bool | None = None, level: int = 6) -> Iterator:
     """A binary file to write `path` through, guarded by `check_output`; see `atomic_write`. Streams: nothing is
     held in memory. An error inside the block (or SIGTERM / SIGINT) removes the temporary file; OS errors (disk
@@ -359,23 +369,16 @@ def atomic_output(path: str | os.PathLike, compress: bool | None = None, level: 
     if str(path) == "-":
         out = sys.stdout.buffer
         with _write_errors(path):
-            if compress:
-                with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=level, mtime=0) as g:
-                    yield g
-            else:
-                yield out
+            with _maybe_gzip(out, compress, level) as g:
+                yield g
             out.flush()
         return
     p, st = check_output(path)
     if compress is None:
         compress = p.suffix == ".gz"
     if st is not None and not stat.S_ISREG(st.st_mode):
-        with _write_errors(path), _open_special(p, st, path) as raw:
-            if compress:
-                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level, mtime=0) as g:
-                    yield g
-            else:
-                yield raw
+        with _write_errors(path), _open_special(p, st, path) as raw, _maybe_gzip(raw, compress, level) as g:
+            yield g
         return
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
@@ -388,11 +391,8 @@ def atomic_output(path: str | os.PathLike, compress: bool | None = None, level: 
             os.umask(umask)
             os.fchmod(fd, (st.st_mode & 0o7777) if st is not None else 0o666 & ~umask)  # keep an old file's mode
             with os.fdopen(fd, "wb") as raw:
-                if compress:
-                    with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level, mtime=0) as g:
-                        yield g
-                else:
-                    yield raw
+                with _maybe_gzip(raw, compress, level) as g:
+                    yield g
                 raw.flush()
                 os.fsync(raw.fileno())
             os.replace(tmp, p)
