@@ -1,0 +1,69 @@
+"""vLLM's per-rank trace files as one multi-rank Profile (CPU part of the multi-GPU issue).
+
+Truth (vLLM 0.26, vllm/v1/worker/gpu_worker.py `Worker.profile` and vllm/distributed/utils.py
+`get_worker_rank_suffix`): every worker writes its own trace named `{prefix}_dp{d}_pp{p}_tp{t}_dcp{c}_ep{e}_rank{r}`
++ `.{timestamp}.pt.trace.json.gz`, and Kineto's `distributedInfo` holds the worker's global rank and world size.
+The files here are derived at test time from the real TP 1 trace tests/data/vllm_own/qwen2moe_graphs_b1 (only the
+file name and `distributedInfo` rank / world_size differ per copy), so the shapes are TP 1 shapes on both ranks."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+from mmprof.analysis.engine_steps import engine_steps
+from mmprof.importers import import_paths
+from tests.conftest import data_file
+
+SRC = ("vllm_own", "qwen2moe_graphs_b1.pt.trace.json.gz")
+
+
+def _write_ranks(tmp_path, world: int, with_info: bool):
+    doc = json.load(gzip.open(data_file(*SRC)))
+    out = []
+    for r in range(world):
+        d = dict(doc)
+        if with_info:
+            d["distributedInfo"] = {**doc["distributedInfo"], "rank": r, "world_size": world}
+        else:
+            d.pop("distributedInfo", None)
+        p = tmp_path / f"qwen_dp0_pp0_tp{r}_dcp0_ep0_rank{r}.176458000{r}.pt.trace.json.gz"
+        with gzip.open(p, "wt") as f:
+            json.dump(d, f)
+        out.append(p)
+    return out
+
+
+def test_rank_files_import_as_one_profile(tmp_path):
+    _write_ranks(tmp_path, 2, with_info=True)
+    p = import_paths([tmp_path])
+    assert p.ranks == [0, 1]
+    k = p.df("kernels")
+    n = len(k[k["rank"] == 0])
+    assert n > 0 and len(k[k["rank"] == 1]) == n  # the same trace on both ranks
+    es = engine_steps(p)
+    assert es.groupby("rank").size().tolist() == [33, 33]  # every rank keeps vLLM's own engine steps
+
+
+def test_rank_from_vllm_file_name_without_distributed_info(tmp_path):
+    """A trace without `distributedInfo` (a profiler run without torch.distributed metadata) takes its rank from
+    vLLM's `..._rank{r}` suffix."""
+    _write_ranks(tmp_path, 2, with_info=False)
+    assert import_paths([tmp_path]).ranks == [0, 1]
+
+
+def test_ranks_command_on_vllm_rank_files(tmp_path):
+    _write_ranks(tmp_path, 2, with_info=True)
+    prof = tmp_path / "p.json.gz"
+    r = subprocess.run([sys.executable, "-m", "mmprof", "import", str(tmp_path), "-o", str(prof)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "mmprof", "ranks", str(prof), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    dec = {int(x["rank"]): x for x in d["per_rank"] if x["phase"] == "decode"}
+    assert sorted(dec) == [0, 1] and dec[0]["steps"] == dec[1]["steps"] == 31  # vLLM's 31 decode engine steps
+    assert dec[0]["step_ns"] == dec[1]["step_ns"]  # identical copies: identical steps
+    assert any("engine's own step annotations" in n for n in d["notes"])
