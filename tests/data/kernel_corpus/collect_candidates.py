@@ -1,7 +1,7 @@
 """Candidate names for corpus.tsv (README.md): every kernel the shared vLLM traces launch, plus wheel symbols.
 
 Usage: python collect_candidates.py SAMPLES_VLLM WORK
-SAMPLES_VLLM is /work/shared/samples/vllm (its *.json.gz and record/*.json.gz traces: names exactly as the profiler
+SAMPLES_VLLM is ../shared/samples/vllm (its *.json.gz and record/*.json.gz traces: names exactly as the profiler
 printed them). WORK holds the outputs of extract_symbols.py / extract_triton.py (sym_vllm.tsv, sym_sgl.tsv, sym_fi.tsv,
 sym_aiter.tsv, wrappers.txt, tri_vllm.tsv, tri_aiter.tsv). Writes WORK/candidates.json: [[name, source], ...]. The
 FlashInfer cubins (31k trtllm-gen kernels) and AITER code objects are sampled with a fixed seed, 12 / 5 per kind.
