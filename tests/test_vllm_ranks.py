@@ -67,3 +67,6 @@ def test_ranks_command_on_vllm_rank_files(tmp_path):
     assert sorted(dec) == [0, 1] and dec[0]["steps"] == dec[1]["steps"] == 31  # vLLM's 31 decode engine steps
     assert dec[0]["step_ns"] == dec[1]["step_ns"]  # identical copies: identical steps
     assert any("engine's own step annotations" in n for n in d["notes"])
+    # no collectives: waits unknown; equal ranks are said to be equal (no "+0 ns" straggler)
+    verdicts = [x["verdict"] for x in d["phases"]]
+    assert all("every rank's steps take the same time" in v and "longest" not in v for v in verdicts), verdicts

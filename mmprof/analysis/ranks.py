@@ -338,9 +338,11 @@ def _verdict(ph, W, per_step, step_rows, extras, cw, info, runiq, threshold) -> 
     if not steps_used:
         spans = W.groupby("rank")["span"].mean()
         slow, fast = int(spans.idxmax()), float(spans.min())
+        gap = float(spans.max()) - fast
+        who = (f"rank {slow} has the longest steps (+{fmt_ns(gap)} {unit} over the fastest)" if gap > 0
+               else "every rank's steps take the same time")
         return PhaseVerdict(ph, nranks, 0, per_step, None, None, None, None, None, None, None, False,
-                            f"{name}: no collective aligned across ranks, so waiting cannot be measured; rank {slow} "
-                            f"has the longest steps (+{fmt_ns(float(spans.max()) - fast)} {unit} over the fastest)")
+                            f"{name}: no collective aligned across ranks, so waiting cannot be measured; {who}")
     A = W[W["step"].isin([r[0] for r in step_rows])]
     mean_wait = A.groupby("rank")["wait"].mean()
     strag = int(mean_wait.idxmin())
