@@ -128,3 +128,19 @@ def test_one_dilation_per_run_and_the_speed_up_carries_its_noise(demo_result, ca
         assert (float(m.group(1)), float(m.group(2))) == (round(b, 2), round(a, 2))
     assert "no noise band: one plain run" in out  # the fixture runs repeats=1
     assert demo_result.speedup_noise["decode"] == {"band": None, "inside": None}
+
+
+def test_demo_findings_are_cut_at_words_not_inside_them():
+    """Issue 25: the demo printed `(245,760 B/t…` (a finding cut inside a word and an open parenthesis). A cut
+    finding ends at a word boundary before an ellipsis, with every parenthesis it opened closed, and a short one is
+    left whole."""
+    from mmprof.render.text.demo import _clip_words
+
+    msg = ("replicated KV heads: TP 8 > 4 KV heads: each KV head (and its index-q head) is held by 2 ranks; KV-cache "
+           "memory and decode read bandwidth are 2x the unique KV (245,760 B/token per rank instead of 122,880)")
+    out = _clip_words(msg, 150)
+    assert out.endswith(" …") and len(out) <= 152
+    body = out[:-2]
+    assert msg.startswith(body) and msg[len(body)] in " ,;:("  # cut at a boundary
+    assert body.count("(") == body.count(")")
+    assert _clip_words("SH001 short", 150) == "SH001 short"

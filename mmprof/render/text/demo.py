@@ -145,7 +145,18 @@ def _render_shapes(con, res) -> None:
         return
     for f in s.data.get("findings") or []:
         msg = str(f.get("message", ""))
-        more = "…" if len(msg) > 150 else ""
-        _line(con, 2, f"{markup(f.get('code'))} {markup(f.get('title'))}: {markup(msg[:150])}{more}")
+        _line(con, 2, f"{markup(f.get('code'))} {markup(f.get('title'))}: {markup(_clip_words(msg, 150))}")
     if not s.data.get("findings"):
         _line(con, 2, "no findings")
+
+
+def _clip_words(text: str, limit: int) -> str:
+    """At most about `limit` characters, cut at the last word boundary before it and never inside a word or a
+    bracketed number ("(245,760 B/t..." was cut mid-word), with an ellipsis when cut."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    head = text[:cut if cut > limit // 2 else limit].rstrip(" ,;:(")
+    if head.count("(") > head.count(")"):  # do not leave an opened parenthesis: cut before it
+        head = head[:head.rfind("(")].rstrip(" ,;:")
+    return head + " …"
