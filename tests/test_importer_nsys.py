@@ -182,17 +182,9 @@ def test_no_gpu_activity_is_bad_input(tmp_path):
 
 
 def test_nccl_kernels_become_collectives(tmp_path):
-    f = tmp_path / "nccl.sqlite"
-    shutil.copy(SAXPY, f)
-    con = sqlite3.connect(f)
-    sid = con.execute("INSERT INTO StringIds (value) VALUES ('ncclDevKernel_AllReduce_Sum_f32_RING_LL')").lastrowid
-    cols = [r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
-    row = dict(zip(cols, con.execute("SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()))
-    row.update(start=2_000_000_000, end=2_000_050_000, correlationId=999999, demangledName=sid, shortName=sid)
-    con.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
-                [row[c] for c in cols])
-    con.commit()
-    con.close()
+    from tests.importer_golden import _nsys_nccl  # the saxpy sample plus one NCCL all-reduce kernel row
+
+    (f,) = _nsys_nccl(tmp_path)
     p = import_paths([f])
     c = p.df("collectives")
     assert len(c) == 1
