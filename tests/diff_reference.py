@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.diff import (MINOR_SHARE, UNSCOPED, VariantTime, _choose_phase, _deltas, _path_changes, _short,
-                                  _side)
+from mmprof.analysis.diff import (UNSCOPED, _choose_phase, _deltas, _path_changes, _short, _side,
+                                  variant_times)
 from mmprof.labels import is_marker, module_event
 
 
@@ -54,20 +54,10 @@ def _agg(df, keys, norm):
 def _variants(df, norm, total, prof):
     g = df.groupby(["role", "family", "variant", "library", "name"], observed=True, dropna=False)["dur"].agg(
         ["sum", "count"]).reset_index()
-    out: dict = {}
     if g.empty:
-        return out
-    n_events = float(len(df))
-    g = g.sort_values("sum", ascending=False)
-    agg = g.groupby(["role", "family", "variant", "library"], observed=True, dropna=False, sort=False).agg(
-        sum=("sum", "sum"), count=("count", "sum"), name=("name", "first"))
-    for (role, fam, var, lib), row in agg.iterrows():
-        lib = None if pd.isna(lib) else str(lib)
-        vt = VariantTime(str(fam), str(var), lib, float(row["sum"]) / norm, float(row["count"]) / norm,
-                         prof.string(int(row["name"])) or "?")
-        vt.minor = bool(total and row["sum"] / total < MINOR_SHARE and row["count"] / n_events < MINOR_SHARE)
-        out.setdefault(str(role), {})[(str(fam), str(var), lib)] = vt
-    return out
+        return {}
+    # the per-event grouping above is the reference; the variant records it feeds are built as diff.py builds them
+    return variant_times(g, float(len(df)), norm, total, prof)
 
 
 def reference_grouping(before, after, phase=None, rank=None) -> dict:

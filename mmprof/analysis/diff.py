@@ -306,10 +306,15 @@ def _variants(df: pd.DataFrame, norm: float, total: float, prof) -> dict[str, di
     """region -> {(family, variant, library): VariantTime}; `minor` marks variants under MINOR_SHARE of the time."""
     g = df.groupby(["role", "family", "variant", "library", "name"], observed=True, dropna=False)[["sum", "count"]].sum()
     g = g.reset_index()
-    out: dict[str, dict[tuple, VariantTime]] = {}
     if g.empty:
-        return out
-    n_events = float(df["count"].sum())
+        return {}
+    return variant_times(g, float(df["count"].sum()), norm, total, prof)
+
+
+def variant_times(g: pd.DataFrame, n_events: float, norm: float, total: float, prof) -> dict:
+    """region -> {(family, variant, library): VariantTime} from per-(role, family, variant, library, name) sums and
+    counts (`g`, one row each); a variant's name is its most expensive kernel's."""
+    out: dict[str, dict[tuple, VariantTime]] = {}
     g = g.sort_values("sum", ascending=False)
     agg = g.groupby(["role", "family", "variant", "library"], observed=True, dropna=False, sort=False).agg(
         sum=("sum", "sum"), count=("count", "sum"), name=("name", "first"))
