@@ -169,15 +169,10 @@ def _ident(f: Path) -> tuple[int, int]:
         return -1, -1
 
 
-class _Ours:
-    """The files of the trace folder this run wrote: new since `prepare_trace_dir`, or changed since."""
-
-    def __init__(self, before: dict[str, tuple[int, int]] | None):
-        self.before = before or {}
-
-    def __call__(self, f: Path) -> bool:
-        old = self.before.get(f.name)
-        return old is None or old != _ident(f)
+def _ours(before: dict[str, tuple[int, int]] | None):
+    """Is a file of the trace folder this run's: new since `prepare_trace_dir`, or changed since."""
+    before = before or {}
+    return lambda f: before.get(f.name) is None or before[f.name] != _ident(f)
 
 
 # -- collecting what the processes left ----------------------------------------------------------
@@ -199,7 +194,7 @@ def _pid_alive(pid: int | None) -> bool:
 
 def wait_for_stragglers(trace_dir: Path, grace_s: float, ours=None) -> None:
     """Give processes that outlived the command (orphaned workers) up to `grace_s` to finish writing."""
-    ours = ours or _Ours(None)
+    ours = ours or _ours(None)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         alive = []
@@ -241,7 +236,7 @@ def collect(trace_dir: Path, ours=None) -> tuple[list[ProcessCapture], int, list
     """Every process that started a capture: (processes, forked children not captured, warnings). Only files this
     run wrote (`ours`, from `prepare_trace_dir`) are read or removed."""
     trace_dir = Path(trace_dir)
-    ours = ours or _Ours(None)
+    ours = ours or _ours(None)
     procs: list[ProcessCapture] = []
     warnings: list[str] = []
     docs: dict[str, tuple[dict[str, Any], bool]] = {}
@@ -488,7 +483,7 @@ def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "tor
         return backends.record_with_tool(backend, cmd, out_path, tdir, opts, result)
     protect_command_files(cmd)
     check_output(out_path)  # before the command runs: a bad -o is refused now, not after an hour's run
-    ours = _Ours(prepare_trace_dir(tdir))
+    ours = _ours(prepare_trace_dir(tdir))
     env = build_env(tdir, opts)
     result.exit_code = run_command(cmd, env)
     wait_for_stragglers(tdir, opts.grace_s, ours)

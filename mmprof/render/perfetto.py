@@ -42,17 +42,13 @@ import orjson
 from mmprof._version import __version__
 from mmprof.analysis.events import TABLE_KERNELS, TABLE_MEMCPY, EventFrame, events_of
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY
-from mmprof.analysis.engine_steps import engine_steps
-from mmprof.analysis.timeline import CATEGORIES, LABELS, category_segments, timeline
 from mmprof.errors import BadInput, NoEvidence
 from mmprof.fileio import atomic_output
 from mmprof.names import display_name
+from mmprof.render.perfetto_timeline import CHUNK, COUNTER, STREAM_TID0, _us, counter_slices, engine_slices
 
 FULL_NAMES_EVERY_MAX = 200_000
-CHUNK = 50_000
-COUNTER = "timeline"          # counter tracks are named "timeline <category label>"
 FLOW = "launch"
-STREAM_TID0 = 10_000          # stream tracks after CPU threads within a process
 Progress = Callable[[str, int, int], None]
 
 
@@ -127,11 +123,6 @@ class _Tracks:
 
     def gpu_tids(self, rank: np.ndarray, dev: np.ndarray, stream: np.ndarray) -> np.ndarray:
         return np.array([self.gpu[k] for k in zip(rank.tolist(), dev.tolist(), stream.tolist())], dtype=np.int64)
-
-
-def _us(ns: np.ndarray, t0: int) -> list[float]:
-    """ns on the profile's clock -> microseconds from the trace's start, rounded to the nanosecond."""
-    return np.round((ns.astype(np.int64) - t0) / 1000.0, 3).tolist()
 
 
 def _t0(profile) -> int:
@@ -271,8 +262,8 @@ def trace_chunks(profile, full_names: str = "auto", progress: Progress | None = 
         yield from _launch_slices(d)
     yield from _scope_slices(d, cpu)
     if len(ev):
-        yield from _counter_slices(d)
-    steps = _engine_slices(d.p, ev, d.t0)
+        yield from counter_slices(d)
+    steps = engine_slices(d.p, ev, d.t0)
     if steps:
         d.st["engine_steps"] = sum(1 for e in steps if e["ph"] == "X")
         yield d.piece(steps)
@@ -415,78 +406,6 @@ def _scope_slices(d: _Doc, cpu: bool) -> Iterator[bytes]:
         d.st["scopes"] += len(out)
         d.tick("scopes", len(out))
         yield d.piece(out)
-
-
-def _counter_slices(d: _Doc) -> Iterator[bytes]:
-    """The timeline categories as counter tracks: per rank, each category's series is 1 while it holds the rank."""
-    ev = d.ev
-    tl = timeline(d.p, ev) if ev.source == "kernels" and len(engine_steps(d.p)) else None
-    seg = category_segments(ev, tl.pieces if tl is not None else None)
-    out: list[dict] = []
-    prev: dict[int, tuple[str, float]] = {}  # rank -> (label of its current category, when it ends)
-
-    def close(r: int) -> None:
-        lab, end = prev.pop(r)
-        out.append({"ph": "C", "name": COUNTER, "pid": r + 1, "ts": end, "args": {lab: 0}})
-
-    for r, s, e, c in zip(seg["rank"].tolist(), _us(seg["start_ns"].to_numpy(), d.t0),
-                          _us(seg["end_ns"].to_numpy(), d.t0), seg["category"].tolist()):
-        lab = LABELS[c]
-        args = {lab: 1}
-        if r not in prev:  # every series starts at 0 at the rank's first event
-            args = {**{LABELS[k]: 0 for k in LABELS}, lab: 1}
-        elif prev[r][1] == s:  # the previous category ends where this one starts: one point for both
-            args = {prev[r][0]: 0, lab: 1}
-            prev.pop(r)
-        else:
-            close(r)
-        out.append({"ph": "C", "name": COUNTER, "pid": r + 1, "ts": s, "args": args})
-        prev[r] = (lab, e)
-        if len(out) >= CHUNK:
-            d.st["counters"] += len(out)
-            yield d.piece(out)
-            out = []
-    for r in list(prev):
-        close(r)
-    d.st["counters"] += len(out)
-    yield d.piece(out)
-
-
-ENGINE_TID = STREAM_TID0 - 1  # the "engine steps" track of a rank, between its CPU threads and its streams
-
-
-def _engine_slices(p, ev: EventFrame, t0: int) -> list[dict]:
-    """One slice per engine step (vLLM / SGLang / TensorRT-LLM step annotations) on an "engine steps" track per
-    rank, spanning the step's share of the timeline (`mmprof.analysis.timeline`: its preparation, its GPU work and
-    the time up to the next step), with the engine's request / token counts and the split of that time as args."""
-    if not len(ev) or ev.source != "kernels":
-        return []
-    es = engine_steps(p)
-    if es.empty:
-        return []
-    tl = timeline(p, ev)
-    w = tl.windows[tl.windows["step"] >= 0]
-    info = es.set_index(["rank", "step"])
-    out: list[dict] = []
-    for r in sorted(set(w["rank"].tolist())):
-        out.append({"ph": "M", "name": "thread_name", "pid": r + 1, "tid": ENGINE_TID, "args": {"name": "engine steps"}})
-        out.append({"ph": "M", "name": "thread_sort_index", "pid": r + 1, "tid": ENGINE_TID,
-                    "args": {"sort_index": ENGINE_TID}})
-    busy = list(CATEGORIES[:5])
-    for row in w.itertuples(index=False):
-        key = (int(row.rank), int(row.step))
-        if key not in info.index:
-            continue
-        meta = info.loc[key]
-        d = row._asdict()
-        args = {"step": key[1], "phase": row.phase, "annotation": meta["name"], "engine": meta["engine"],
-                **{c: int(meta[c]) for c in ("ctx_reqs", "ctx_tokens", "gen_reqs", "gen_tokens") if meta[c] >= 0},
-                "period ns": int(row.span_ns), "GPU busy ns": int(sum(d[c] for c in busy)),
-                **{f"{LABELS[c]} ns": int(d[c]) for c in CATEGORIES[5:]}}
-        out.append({"ph": "X", "name": f"{row.phase} step {key[1]}", "cat": "engine_step", "pid": key[0] + 1,
-                    "tid": ENGINE_TID, "ts": _us(np.array([row.start_ns]), t0)[0],
-                    "dur": round(max(int(row.end_ns) - int(row.start_ns), 0) / 1000.0, 3), "args": args})
-    return out
 
 
 def _collectives(p) -> dict[int, dict]:
