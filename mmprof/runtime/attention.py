@@ -12,9 +12,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .compiled import call
 from .indexer import select_blocks
 from .kvcache import positions
-from .layers import GemmaRMSNorm, apply_rope
+from .layers import GemmaRMSNorm, apply_rope, rms_norm
 from .scopes import scope
 
 GATHER_MAX_T = 16  # queries per forward up to which the sparse core gathers the selected blocks
@@ -71,6 +72,45 @@ def attend_sparse_gather(q, k, v, pos: int | torch.Tensor, scale: float, sel: to
     return out.reshape(b, h, t, d).to(q.dtype)
 
 
+def qk_norm_rope(fused: torch.Tensor, qw: torch.Tensor, kw: torch.Tensor, iqw: torch.Tensor | None,
+                 ikw: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, nh: int, nkv: int, hd: int,
+                 nih: int, ihd: int, eps: float):
+    """The `norm_rope` region: fused [B, T, (nh + 2 nkv) hd (+ (nih + 1) ihd)] -> q [B, nh, T, hd], k and v
+    [B, nkv, T, hd] (per-head Gemma norm and partial RoPE on q and k), and with index weights the index
+    queries [B, nih, T, ihd] and keys [B, 1, T, ihd] (normed and rotated too); else None, None."""
+    b, t, _ = fused.shape
+    q_end, k_end, v_end = nh * hd, (nh + nkv) * hd, (nh + 2 * nkv) * hd
+    q = rms_norm(fused[..., :q_end].view(b, t, nh, hd), qw, eps)
+    k = rms_norm(fused[..., q_end:k_end].view(b, t, nkv, hd), kw, eps)
+    v = fused[..., k_end:v_end].view(b, t, nkv, hd)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    iq = ik = None
+    if iqw is not None:
+        iq_end = v_end + nih * ihd
+        iq = rms_norm(fused[..., v_end:iq_end].view(b, t, nih, ihd), iqw, eps)
+        ik = rms_norm(fused[..., iq_end:].view(b, t, 1, ihd), ikw, eps)
+        iq, ik = apply_rope(iq, cos, sin).transpose(1, 2), apply_rope(ik, cos, sin).transpose(1, 2)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), iq, ik
+
+
+def qk_norm_rope_insert(fused: torch.Tensor, qw: torch.Tensor, kw: torch.Tensor, iqw: torch.Tensor | None,
+                        ikw: torch.Tensor | None, cos_t: torch.Tensor, sin_t: torch.Tensor, pos: torch.Tensor,
+                        k_cache: torch.Tensor, v_cache: torch.Tensor, ik_cache: torch.Tensor | None, nh: int, nkv: int,
+                        hd: int, nih: int, ihd: int, eps: float):
+    """The compile rung's `norm_rope` region (vLLM's fused_minimax_m3_qknorm_rope_kv_insert): the RoPE rows at the
+    device-tensor position `pos` gathered from the fp32 tables cos_t / sin_t [S, R], `qk_norm_rope`, and k, v
+    (and the index keys) written into the caches at `pos` in place (k_cache, v_cache [B, KV, S, D], ik_cache
+    [B, 1, S, Di]). Returns q [B, nh, T, hd] and the index queries [B, nih, T, ihd] (or None)."""
+    idx = positions(pos, fused.shape[1])  # [T]
+    cos, sin = cos_t.index_select(0, idx).to(fused.dtype), sin_t.index_select(0, idx).to(fused.dtype)
+    q, k, v, iq, ik = qk_norm_rope(fused, qw, kw, iqw, ikw, cos, sin, nh, nkv, hd, nih, ihd, eps)
+    k_cache[:, :, idx] = k
+    v_cache[:, :, idx] = v
+    if ik is not None:
+        ik_cache[:, :, idx] = ik
+    return q, iq
+
+
 class Attention(nn.Module):
     """Full or MSA-sparse attention with all heads on one device (parallel.apply shards the heads)."""
 
@@ -102,25 +142,25 @@ class Attention(nn.Module):
         with scope(f"{p}.qkv"):
             w = self.qkv.weight if compute_sel else self.qkv.weight[: self.qkv_n]
             fused = F.linear(x, w)  # [B, T, N]
-        q_end, k_end = self.nh * self.hd, (self.nh + self.nkv) * self.hd
+        iqw, ikw = (self.index_q_norm.weight, self.index_k_norm.weight) if compute_sel else (None, None)
+        norm_args = (self.nh, self.nkv, self.hd, self.nih, self.ihd, self.q_norm.eps)
         with scope(f"{p}.norm_rope"):
-            q = self.q_norm(fused[..., :q_end].view(b, t, self.nh, self.hd))
-            k = self.k_norm(fused[..., q_end:k_end].view(b, t, self.nkv, self.hd))
-            v = fused[..., k_end:self.qkv_n].view(b, t, self.nkv, self.hd)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-            if compute_sel:
-                iq_end = self.qkv_n + self.nih * self.ihd
-                iq = self.index_q_norm(fused[..., self.qkv_n:iq_end].view(b, t, self.nih, self.ihd))
-                ik = self.index_k_norm(fused[..., iq_end:].view(b, t, 1, self.ihd))
-                iq, ik = apply_rope(iq, cos, sin), apply_rope(ik, cos, sin)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]
-        keys, vals = cache.write(pos, k, v)  # [B, KV, L, D] (L: pos+T, or the capacity in the static step)
+            if state.compiled:  # cos / sin: the whole fp32 tables; the KV insert joins the norm and RoPE kernel
+                q, iq = call(True, qk_norm_rope_insert, fused, self.q_norm.weight, self.k_norm.weight, iqw, ikw, cos,
+                             sin, pos, cache.k, cache.v, cache.idx_k if compute_sel else None, *norm_args)
+            else:
+                q, k, v, iq, ik = qk_norm_rope(fused, self.q_norm.weight, self.k_norm.weight, iqw, ikw, cos, sin,
+                                               *norm_args)
+        if state.compiled:
+            keys, vals = cache.k, cache.v  # the whole capacity, as cache.write returns it in the static step
+        else:
+            keys, vals = cache.write(pos, k, v)  # [B, KV, L, D] (L: pos+T, or the capacity in the static step)
         sel = None
         if self.sparse and not want_dense:
             if compute_sel:
                 with scope(f"{p}.indexer"):
-                    ik_all = cache.write_index(pos, ik.transpose(1, 2))  # [B, 1, L, Di]
-                    sel = select_blocks(iq.transpose(1, 2), ik_all, pos, self.block, self.topk, self.local)
+                    ik_all = cache.idx_k if state.compiled else cache.write_index(pos, ik)  # [B, 1, L, Di]
+                    sel = call(state.compiled, select_blocks, iq, ik_all, pos, self.block, self.topk, self.local)
                 state.set_selection(self.layer_id, sel)
                 log.log(layer=self.layer_id, op="attn.indexer", impl="computed", requested="computed",
                         scope=f"{p}.indexer")
@@ -130,12 +170,12 @@ class Attention(nn.Module):
                         scope=f"{p}.indexer")
         with scope(f"{p}.core"):
             if sel is None:
-                o = attend_dense(q, keys, vals, pos, self.scale)
+                o = call(state.compiled, attend_dense, q, keys, vals, pos, self.scale)
                 if self.sparse:
                     log.log(layer=self.layer_id, op="attn.core", impl="dense", requested=sw.attention,
                             scope=f"{p}.core")
             elif t <= GATHER_MAX_T:
-                o = attend_sparse_gather(q, keys, vals, pos, self.scale, sel, self.block)
+                o = call(state.compiled, attend_sparse_gather, q, keys, vals, pos, self.scale, sel, self.block)
                 log.log(layer=self.layer_id, op="attn.core", impl="sparse", requested="sparse", scope=f"{p}.core")
             else:
                 o = attend_sparse_masked(q, keys, vals, pos, self.scale, sel, self.block)

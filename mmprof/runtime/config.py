@@ -239,6 +239,8 @@ def load_config(path_or_preset: str | Path, **overrides: Any) -> ModelArgs:
 
 
 GRAPHS_NEED_GROUPED = "graphs need moe_impl=grouped: the loop path syncs with the host"
+COMPILE_NEEDS_GRAPHS = ("compile needs graphs: the compile rung compiles the static decode step that the graph "
+                        "captures (--graphs, --device cuda)")
 
 
 @dataclass(frozen=True)
@@ -309,12 +311,19 @@ class Switches:
     graphs: bool = switch(False, baseline=False,
                           help="Replay decode steps as a CUDA/HIP graph (captured at step 2; --device cuda, grouped "
                                "experts). Off in both bases.")
+    # the static decode step's region math through torch.compile (Inductor), replayed by the graph above
+    # (runtime/compiled.py); scopes, dispatch rows, KV writes and collectives stay in Python around it
+    compile: bool = switch(False, baseline=False, op="decode.compile",
+                           help="Compile the graph-captured decode step with torch.compile (Inductor); needs "
+                                "--graphs. Off in both bases.")
 
     def __post_init__(self) -> None:
         for spec in self.specs():
             spec.check(getattr(self, spec.name))
         if self.graphs and self.moe_impl == "loop":
             raise BadInput(GRAPHS_NEED_GROUPED)
+        if self.compile and not self.graphs:
+            raise BadInput(COMPILE_NEEDS_GRAPHS)
 
     @classmethod
     def specs(cls) -> tuple[SwitchSpec, ...]:

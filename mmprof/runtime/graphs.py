@@ -98,8 +98,11 @@ class StaticDecode:
         self.model, self.caches = model, caches
         self.tokens = torch.zeros(batch, 1, dtype=torch.long, device=device)  # [B, 1] input token ids
         self.pos = torch.zeros(1, dtype=torch.long, device=device)  # [1] position of the input tokens
-        self.logits: torch.Tensor | None = None  # [B, V] last-position logits (made by the first, eager, step)
-        self.next = torch.zeros(batch, dtype=torch.long, device=device)  # [B] greedy next token
+        # the step's outputs: [B, V] last-position logits and [B] greedy next token. No copy into buffers of
+        # our own: the tensors the captured step made live in the graph's memory pool and every replay rewrites
+        # them in place, so the last step's outputs are the static outputs.
+        self.logits: torch.Tensor | None = None
+        self.next: torch.Tensor | None = None
 
     def set_inputs(self, tokens: torch.Tensor, pos: int) -> None:
         """tokens [B, 1] (device); copied into the static buffers on the current stream, no host sync."""
@@ -107,11 +110,9 @@ class StaticDecode:
         self.pos.fill_(pos)
 
     def step(self) -> None:
-        logits = self.model(self.tokens, self.pos, self.caches)[:, -1]  # [B, V]
-        if self.logits is None:
-            self.logits = torch.empty_like(logits)
-        self.logits.copy_(logits)
-        self.next.copy_(self.logits.argmax(-1))
+        self.logits = self.model(self.tokens, self.pos, self.caches)[:, -1]  # [B, V]
+        with scope("lm_head"):  # the greedy pick belongs to the head (no kernel outside a region)
+            self.next = self.logits.argmax(-1)
 
 
 @dataclasses.dataclass
@@ -151,7 +152,7 @@ class GraphRunner:
         log = self.model.dispatch
         prev, log.enabled = log.enabled, False
         try:
-            self.static.step()  # also makes the output buffers outside the graph's memory pool
+            self.static.step()  # the eager reference (and, on the compile rung, its compilation)
         finally:
             log.enabled = prev
         n0 = len(log.records)

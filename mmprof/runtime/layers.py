@@ -1,4 +1,7 @@
-"""Small building blocks: Gemma RMSNorm, partial NeoX RoPE, SwiGLU-OAI."""
+"""Small building blocks: Gemma RMSNorm (and its fused residual add), partial NeoX RoPE, SwiGLU-OAI.
+
+Pure functions of tensors and Python scalars, so the compile rung (compiled.py) can run them through
+torch.compile once for every layer."""
 
 from __future__ import annotations
 
@@ -15,9 +18,21 @@ class GemmaRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * (1.0 + self.weight.float())).type_as(x)
+        return rms_norm(x, self.weight, self.eps)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Gemma RMSNorm of x [.., D] with the zero-centred weight [D] (fp32 math, x's dtype out)."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * (1.0 + weight.float())).type_as(x)
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual add and the next norm (vLLM's fused_add_rms_norm): (x + delta, rms_norm(x + delta))."""
+    s = x + delta
+    return s, rms_norm(s, weight, eps)
 
 
 def rope_table(rotary_dim: int, theta: float, max_pos: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,10 +15,11 @@ import torch.nn as nn
 
 from . import parallel
 from .attention import Attention
+from .compiled import call
 from .config import Switches
 from .dispatch import DispatchLog
 from .kvcache import positions
-from .layers import GemmaRMSNorm, rope_table, swiglu_oai
+from .layers import GemmaRMSNorm, add_rms_norm, rms_norm, rope_table, swiglu_oai
 from .moe import MoE
 from .scopes import scope
 from .tp import ShardPlan, shard_plan
@@ -35,6 +36,7 @@ class RunState:
     selection: torch.Tensor | None = None
     capture: dict[int, torch.Tensor] | None = None  # when set, every computed selection is kept (overlap)
     selected_by: dict[int, int] = field(default_factory=dict)
+    compiled: bool = False  # the compile rung's static decode step: region math through torch.compile
 
     def should_compute_selection(self, layer: int) -> bool:
         return self.selection is None or self.sparse_ordinal[layer] % self.switches.block_reuse == 0
@@ -57,7 +59,13 @@ class DenseMLP(nn.Module):
     def forward(self, x: torch.Tensor, state) -> torch.Tensor:
         """x: [B, T, H] -> [B, T, H]."""
         with scope(f"layers.{self.layer_id}.mlp"):
-            return self.down(swiglu_oai(self.gate_up(x), self.alpha, self.limit))
+            # `down` stays a module call: under TP its forward hook is the layer's all-reduce (parallel.py)
+            return self.down(call(state.compiled, gate_up_act, x, self.gate_up.weight, self.alpha, self.limit))
+
+
+def gate_up_act(x: torch.Tensor, gate_up: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
+    """The dense MLP up to its down projection: x [B, T, H], gate_up [2I, H] -> SwiGLU-OAI [B, T, I]."""
+    return swiglu_oai(torch.nn.functional.linear(x, gate_up), alpha, limit)
 
 
 class Block(nn.Module):
@@ -77,6 +85,21 @@ class Block(nn.Module):
         with scope(f"layers.{self.layer_id}.norm"):
             h = self.post_attn_norm(x)
         return x + self.mlp(h, state)
+
+    def forward_fused(self, x, delta, pos, cos, sin, cache, state):
+        """The compile rung: x [B, T, H] and the previous layer's MLP output `delta` (None in layer 0), not yet
+        added -> (x, this layer's MLP output). Each residual add runs fused with the RMSNorm after it, in the
+        `layers.{i}.norm` scope (vLLM's fused_add_rms_norm)."""
+        norm = f"layers.{self.layer_id}.norm"
+        with scope(norm):
+            if delta is None:
+                h = call(True, rms_norm, x, self.input_norm.weight, self.input_norm.eps)
+            else:
+                x, h = call(True, add_rms_norm, x, delta, self.input_norm.weight, self.input_norm.eps)
+        a = self.attn(h, pos, cos, sin, cache, state)
+        with scope(norm):
+            x, h = call(True, add_rms_norm, x, a, self.post_attn_norm.weight, self.post_attn_norm.eps)
+        return x, self.mlp(h, state)
 
 
 class Transformer(nn.Module):
@@ -103,14 +126,18 @@ class Transformer(nn.Module):
     def set_switches(self, switches: Switches) -> None:
         self.switches = switches
 
+    def rope_tables(self, need: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fp32 cos, sin tables [S, R] on the model's device, S >= max(max_seq_len, need) (built once)."""
+        need = max(self.args.max_seq_len, need)
+        if self._rope is None or self._rope[0].shape[0] < need or self._rope[0].device != self.embed.weight.device:
+            self._rope = rope_table(self.args.rotary_dim, self.args.rope_theta, need, self.embed.weight.device)
+        return self._rope
+
     def rope(self, pos: int | torch.Tensor, t: int, capacity: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [T, R] for positions pos..pos+T-1. A device-tensor `pos` (the static decode step) gathers them
         from the precomputed table, which then covers `capacity` (the KV cache's) positions."""
         static = isinstance(pos, torch.Tensor)
-        need = max(self.args.max_seq_len, capacity if static else pos + t)
-        if self._rope is None or self._rope[0].shape[0] < need or self._rope[0].device != self.embed.weight.device:
-            self._rope = rope_table(self.args.rotary_dim, self.args.rope_theta, need, self.embed.weight.device)
-        cos, sin = self._rope
+        cos, sin = self.rope_tables(capacity if static else pos + t)
         if static:
             idx = positions(pos, t)  # [T] on the device
             return cos.index_select(0, idx).to(self.dtype), sin.index_select(0, idx).to(self.dtype)
@@ -122,16 +149,33 @@ class Transformer(nn.Module):
         static decode step (graphs.py): then every shape and address is independent of the position (KV writes
         by index_copy_, attention and indexer over the whole cache capacity, masked) and nothing syncs."""
         b, t = tokens.shape
-        state = RunState(self.switches, self.dispatch, self._sparse_ord, capture=capture)
+        static = isinstance(pos, torch.Tensor)
+        state = RunState(self.switches, self.dispatch, self._sparse_ord, capture=capture,
+                         compiled=static and self.switches.compile)
         with scope("embed"):
             x = self.embed(tokens)  # [B, T, H]
-        cos, sin = self.rope(pos, t, caches[0].capacity if isinstance(pos, torch.Tensor) else 0)
-        for layer, cache in zip(self.layers, caches):
-            x = layer(x, pos, cos, sin, cache, state)
-        if last_only:
-            x = x[:, -1:]
-        with scope("final_norm"):
-            x = self.norm(x)
+        if state.compiled:  # the whole fp32 tables: the compiled norm_rope gathers its rows (attention.py)
+            cos, sin = self.rope_tables(caches[0].capacity)
+        else:
+            cos, sin = self.rope(pos, t, caches[0].capacity if static else 0)
+        if state.compiled:
+            # model-level row (layer -1): the step's region math ran through torch.compile (compiled.py)
+            self.dispatch.log(layer=-1, op="decode.compile", impl="inductor", requested="inductor",
+                              scope="mmprof.decode")
+            delta = None
+            for layer, cache in zip(self.layers, caches):
+                x, delta = layer.forward_fused(x, delta, pos, cos, sin, cache, state)
+            if last_only:
+                x, delta = x[:, -1:], delta[:, -1:]
+            with scope("final_norm"):
+                _, x = call(True, add_rms_norm, x, delta, self.norm.weight, self.norm.eps)
+        else:
+            for layer, cache in zip(self.layers, caches):
+                x = layer(x, pos, cos, sin, cache, state)
+            if last_only:
+                x = x[:, -1:]
+            with scope("final_norm"):
+                x = self.norm(x)
         with scope("lm_head"):
             logits = self.lm_head(x)  # [B, T, V'] (V' = padded vocab, or this rank's rows in a slice)
             if logits.shape[-1] > self.args.vocab_size:

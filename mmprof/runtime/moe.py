@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .compiled import call
 from .layers import swiglu_oai
 from .scopes import scope
 
@@ -42,6 +43,63 @@ def grouped_mm_unavailable(device: torch.device, dtype: torch.dtype) -> str | No
 def _grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     fn = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm")
     return fn(a, b, offs=offs)
+
+
+def route(x: torch.Tensor, gate_w: torch.Tensor, bias: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The router: x [N, H] -> (weights [N, k] fp32, expert ids [N, k]); sigmoid in fp32, the correction bias
+    for the selection only, renormalised over the k chosen."""
+    scores = torch.sigmoid(F.linear(x.float(), gate_w))  # [N, E]
+    _, ids = torch.topk(scores + bias, top_k, dim=-1, sorted=False)
+    w = scores.gather(1, ids)
+    return w / w.sum(dim=-1, keepdim=True), ids
+
+
+def expert_mlp(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
+    """One SwiGLU-OAI MLP: x [N, H], w13 [2I, H], w2 [H, I] -> [N, H] (the shared expert, run separately)."""
+    return F.linear(swiglu_oai(F.linear(x, w13), alpha, limit), w2)
+
+
+def experts_grouped(x: torch.Tensor, w: torch.Tensor, slots: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+                    alpha: float, limit: float, use_mm: bool) -> torch.Tensor:
+    """All (token, expert) pairs sorted by expert; one grouped GEMM per projection, no host sync.
+    x [N, H], w [N, k] weights, slots [N, k] local weight slots (-1 / out of range: another rank's expert),
+    w13 [slots, 2I, H], w2 [slots, H, I] -> [N, H]."""
+    n, k = slots.shape
+    n_slots = w13.shape[0]
+    flat = slots.flatten().masked_fill((slots.flatten() < 0) | (slots.flatten() >= n_slots), n_slots)
+    order = torch.argsort(flat, stable=True)
+    sorted_slots = flat[order]
+    tok = order // k
+    xs = x[tok]  # [N*k, H]
+    keep = sorted_slots < n_slots
+    if use_mm:
+        # counts via scatter_add (bincount would sync with the host to size its output)
+        counts = torch.zeros(n_slots + 1, dtype=torch.int32, device=x.device)
+        counts.scatter_add_(0, sorted_slots, torch.ones_like(sorted_slots, dtype=torch.int32))
+        offs = torch.cumsum(counts[:n_slots], 0, dtype=torch.int32)
+        h1 = _grouped_mm(xs, w13.transpose(1, 2), offs)  # [N*k, 2I]
+        y = _grouped_mm(swiglu_oai(h1, alpha, limit), w2.transpose(1, 2), offs)  # [N*k, H]
+    else:  # batched fallback: gather each pair's expert weights and bmm (memory grows with N*k)
+        e = sorted_slots.clamp(max=n_slots - 1)
+        h1 = torch.bmm(w13[e], xs[:, :, None])[..., 0]
+        y = torch.bmm(w2[e], swiglu_oai(h1, alpha, limit)[:, :, None])[..., 0]
+    wf = w.flatten()[order]
+    y = torch.where(keep[:, None], y * wf[:, None].to(y.dtype), torch.zeros((), dtype=y.dtype, device=y.device))
+    return torch.zeros_like(x).index_add_(0, tok, y.to(x.dtype))
+
+
+def routed_grouped(x: torch.Tensor, w: torch.Tensor, slots: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+                   alpha: float, limit: float, use_mm: bool, fused_slot: int, fused_weight: float, scale: float,
+                   shared: torch.Tensor | None) -> torch.Tensor:
+    """The `moe.routed` region with grouped experts: the fused shared expert appended as slot `fused_slot` with
+    weight `fused_weight` to every token's top-k (fused_slot < 0: not fused), the grouped experts, the routed
+    scaling, and a separately run shared expert's output `shared` added. x [N, H] -> [N, H]."""
+    if fused_slot >= 0:
+        n = x.shape[0]
+        slots = torch.cat([slots, torch.full((n, 1), fused_slot, device=x.device, dtype=slots.dtype)], 1)
+        w = torch.cat([w, torch.full((n, 1), fused_weight, device=x.device, dtype=w.dtype)], 1)
+    out = experts_grouped(x, w, slots, w13, w2, alpha, limit, use_mm) * scale
+    return out if shared is None else out + shared
 
 
 UNFUSED_SIZES = "shared expert intermediate differs from a routed expert's; cannot share the grouped GEMM"
@@ -75,15 +133,11 @@ class MoE(nn.Module):
 
     # -- pieces -------------------------------------------------------------------------------------------
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x: [N, H] -> (weights [N, k] fp32, expert ids [N, k]); sigmoid, bias for selection only, renorm."""
-        scores = torch.sigmoid(F.linear(x.float(), self.gate.weight))  # [N, E]
-        _, ids = torch.topk(scores + self.e_score_correction_bias, self.top_k, dim=-1, sorted=False)
-        w = scores.gather(1, ids)
-        return w / w.sum(dim=-1, keepdim=True), ids
+        """x: [N, H] -> (weights [N, k] fp32, expert ids [N, k]) (`route`)."""
+        return route(x, self.gate.weight, self.e_score_correction_bias, self.top_k)
 
-    def _shared(self, x: torch.Tensor) -> torch.Tensor:
-        w13, w2 = (self.w13[self.n_local], self.w2[self.n_local]) if self.fusable else (self.shared_w13, self.shared_w2)
-        return F.linear(swiglu_oai(F.linear(x, w13), self.alpha, self.limit), w2)
+    def _shared_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return (self.w13[self.n_local], self.w2[self.n_local]) if self.fusable else (self.shared_w13, self.shared_w2)
 
     def _experts_loop(self, x, w, slots) -> torch.Tensor:
         """The baseline: one gate_up + down GEMM pair per active expert (a host sync to find them)."""
@@ -96,31 +150,6 @@ class MoE(nn.Module):
             y = F.linear(swiglu_oai(F.linear(x[tok], self.w13[e]), self.alpha, self.limit), self.w2[e])
             out.index_add_(0, tok, (y * w[tok, kk, None]).to(out.dtype))
         return out
-
-    def _experts_grouped(self, x, w, slots, use_mm: bool) -> torch.Tensor:
-        """All (token, expert) pairs sorted by expert; one grouped GEMM per projection, no host sync."""
-        n, k = slots.shape
-        n_slots = self.w13.shape[0]
-        flat = slots.flatten().masked_fill((slots.flatten() < 0) | (slots.flatten() >= n_slots), n_slots)
-        order = torch.argsort(flat, stable=True)
-        sorted_slots = flat[order]
-        tok = order // k
-        xs = x[tok]  # [N*k, H]
-        keep = sorted_slots < n_slots
-        if use_mm:
-            # counts via scatter_add (bincount would sync with the host to size its output)
-            counts = torch.zeros(n_slots + 1, dtype=torch.int32, device=x.device)
-            counts.scatter_add_(0, sorted_slots, torch.ones_like(sorted_slots, dtype=torch.int32))
-            offs = torch.cumsum(counts[:n_slots], 0, dtype=torch.int32)
-            h1 = _grouped_mm(xs, self.w13.transpose(1, 2), offs)  # [N*k, 2I]
-            y = _grouped_mm(swiglu_oai(h1, self.alpha, self.limit), self.w2.transpose(1, 2), offs)  # [N*k, H]
-        else:  # batched fallback: gather each pair's expert weights and bmm (memory grows with N*k)
-            e = sorted_slots.clamp(max=n_slots - 1)
-            h1 = torch.bmm(self.w13[e], xs[:, :, None])[..., 0]
-            y = torch.bmm(self.w2[e], swiglu_oai(h1, self.alpha, self.limit)[:, :, None])[..., 0]
-        wf = w.flatten()[order]
-        y = torch.where(keep[:, None], y * wf[:, None].to(y.dtype), torch.zeros((), dtype=y.dtype, device=y.device))
-        return torch.zeros_like(x).index_add_(0, tok, y.to(x.dtype))
 
     def _align_reason(self, x: torch.Tensor) -> str | None:
         """grouped_mm needs 16-byte aligned row strides on both operands."""
@@ -138,7 +167,7 @@ class MoE(nn.Module):
         p = f"layers.{self.layer_id}.moe"
         sw, log = state.switches, state.dispatch
         with scope(f"{p}.router"):
-            w, ids = self.route(x)
+            w, ids = call(state.compiled, route, x, self.gate.weight, self.e_score_correction_bias, self.top_k)
         fuse = sw.shared_expert == "fused" and self.fusable
         if self.has_shared:
             log.log(layer=self.layer_id, op="moe.shared", impl="fused" if fuse else "separate",
@@ -150,21 +179,24 @@ class MoE(nn.Module):
         shared = None
         if self.has_shared and not fuse:
             with scope(f"{p}.shared"):
-                shared = self._shared(x)  # [N, H]
+                shared = call(state.compiled, expert_mlp, x, *self._shared_weights(), self.alpha, self.limit)  # [N, H]
         with scope(f"{p}.routed"):  # the MoE layer's single all-reduce (TP/EP) is attributed here
-            if fuse:  # the shared expert as an always-selected extra slot, weight 1/scale
-                n = x.shape[0]
-                slots = torch.cat([slots, torch.full((n, 1), self.n_local, device=x.device, dtype=slots.dtype)], 1)
-                w = torch.cat([w, torch.full((n, 1), 1.0 / self.scale, device=x.device, dtype=w.dtype)], 1)
             if sw.moe_impl == "loop":
-                out = self._experts_loop(x, w, slots)
+                if fuse:  # the shared expert as an always-selected extra slot, weight 1/scale
+                    n = x.shape[0]
+                    slots = torch.cat([slots, torch.full((n, 1), self.n_local, device=x.device, dtype=slots.dtype)], 1)
+                    w = torch.cat([w, torch.full((n, 1), 1.0 / self.scale, device=x.device, dtype=w.dtype)], 1)
+                out = self._experts_loop(x, w, slots) * self.scale  # [N, H]
+                if shared is not None:
+                    out = out + shared
                 log.log(layer=self.layer_id, op="moe.experts", impl="loop", requested="loop", scope=f"{p}.routed")
             else:
                 why = self._align_reason(x) or grouped_mm_unavailable(x.device, x.dtype)
-                out = self._experts_grouped(x, w, slots, use_mm=why is None)
+                if why is None and state.compiled and x.dtype != torch.bfloat16:
+                    # torch's meta function of _grouped_mm (what Dynamo traces with) takes bf16 only
+                    why = f"torch.compile traces grouped_mm in bfloat16 only, not {x.dtype}"
+                out = call(state.compiled, routed_grouped, x, w, slots, self.w13, self.w2, self.alpha, self.limit,
+                           why is None, self.n_local if fuse else -1, 1.0 / self.scale, self.scale, shared)
                 log.log(layer=self.layer_id, op="moe.experts", impl="grouped_mm" if why is None else "grouped_bmm",
                         requested="grouped_mm", scope=f"{p}.routed", reason=why)
-            out = out * self.scale  # [N, H]
-            if shared is not None:
-                out = out + shared
             return self.reduce(out).view(b, t, h)

@@ -116,3 +116,27 @@ def test_cuda_graph_decode_tp2_nccl(tmp_path):
         # the sparse indexer's top-k block choice is a discrete decision too: on 2 H200s one step of five moved to
         # 6.4e-2 with every token equal, the others stayed under 1e-2
         assert len(rel) >= 2 and sorted(rel)[-2] < 1e-2 and max(rel) < 0.1, (rel, o["tokens"], o["static_tokens"])
+
+
+@pytest.mark.gpu
+def test_compile_rung_captures_and_matches_the_graph_rung_on_gpu():
+    """The compile rung's static step (Inductor's Triton kernels) captured into a real CUDA graph: its replays give
+    the graph rung's logits within the bf16 reordering bound of tolerance.py (Inductor fuses and reorders; same
+    math), one `decode.compile` row per decode step, and the grouped GEMM traced by Dynamo (bf16)."""
+    from .tolerance import assert_same_tokens_unless_near_tie, longest_reduction, reorder_tolerance
+
+    args = get_preset("tiny")
+    wl = Workload(batch=4, prompt_len=64, decode_steps=4, seed=2)
+    m = build_model(args, Switches(graphs=True, block_reuse=1), device="cuda", dtype=torch.bfloat16, seed=0)
+    graphs = generate(m, wl, keep_logits=True)
+    m.set_switches(Switches(graphs=True, block_reuse=1, compile=True))
+    m.dispatch.clear()
+    comp = generate(m, wl, keep_logits=True)
+    assert comp.graphs["replayed_steps"] == [1, 2, 3, 4]
+    rows = [r for r in m.dispatch.records if r.phase == "decode"]
+    assert [r.step for r in rows if r.op == "decode.compile"] == [1, 2, 3, 4]
+    assert {r.impl for r in rows if r.op == "moe.experts"} == {"grouped_mm"}
+    tol = reorder_tolerance(torch.bfloat16, graphs.logits, args.n_layers,
+                            longest_reduction(args, wl.prompt_len + wl.decode_steps))
+    assert float((graphs.logits[0].float() - comp.logits[0].float()).abs().max()) <= tol
+    assert_same_tokens_unless_near_tie(graphs, comp, tol)
