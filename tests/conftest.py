@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import gzip
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -8,6 +10,32 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+# the full real samples that tests/data/samples holds excerpts of (beside the checkouts on the project's machines;
+# absent elsewhere: a test may compare with them only where they exist, and must check something without them)
+SHARED_SAMPLES = ROOT.parent / "shared" / "samples"
+
+# SQLite fixtures are committed gzipped (the real files, byte for byte: gzip -9 of each): a database of a few
+# hundred rows weighs 1-2 MB, mostly pages of long JSON blobs and free space, and gzip takes 90% of it off. Each
+# `X.db.gz` / `X.sqlite.gz` is unpacked beside itself to `X.db` / `X.sqlite` (ignored by git, .gitignore) when
+# missing or older than its .gz, so every test and script reads the same path as before. Written to a temporary
+# name and renamed, so that parallel workers never see half a file.
+PACKED = ("samples/nsys/perlmutter-cloverleaf-cuda.sqlite", "samples/nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite",
+          "samples/rocprofv3/rocpd/14_results.db", "samples/rocprofv3/rocpd/28_results.db")
+
+
+def unpack_fixtures() -> None:
+    for rel in PACKED:
+        dst = DATA / rel
+        src = dst.with_name(dst.name + ".gz")
+        if not src.exists() or (dst.exists() and dst.stat().st_mtime >= src.stat().st_mtime):
+            continue
+        tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+        with gzip.open(src, "rb") as f, open(tmp, "wb") as g:
+            shutil.copyfileobj(f, g)
+        os.replace(tmp, dst)
+
+
+unpack_fixtures()
 
 
 def data_file(*parts: str) -> Path:
