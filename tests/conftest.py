@@ -38,6 +38,20 @@ def unpack_fixtures() -> None:
 unpack_fixtures()
 
 
+def _derive_nostack() -> None:
+    """tests/data/hf_moe/nostack.py: the `*_nostack` traces are the `*_stack` ones without their python_function
+    events (the only difference between the two recordings; README there), written beside them (ignored by git)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hf_moe_nostack", DATA / "hf_moe" / "nostack.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.ensure()
+
+
+_derive_nostack()
+
+
 def data_file(*parts: str) -> Path:
     """A fixture under tests/data/; fails loudly when missing (never skips)."""
     p = DATA.joinpath(*parts)
