@@ -151,8 +151,14 @@ def test_record_profile_of_compiled_qwen2_moe():
     """`mmprof record` around the same engine (no vLLM profiler): the shared expert still runs eagerly inside
     `vllm::moe_forward_shared` (record's module ranges see SharedExperts: FP001 fail), no indexer (FP002 N/A);
     compiled layers open no module range, so the routed-expert checks have no layer-level evidence (documented in
-    docs/vllm.md) and are never a pass."""
+    docs/vllm.md) and are never a pass. The committed Profile is the engine's two generate calls (from 94 s after
+    the process's first event; tests/data/vllm_own/README.md): 31 graph launches, the eager forwards between them
+    and every capture-time op and range their kernels refer to; the full Profile (in git history at 01f295c) gave
+    the same verdicts."""
     from mmprof.profiles.io import load_profile
-    st, code = _statuses(load_profile(data_file("vllm_own", "rec_qwen2moe_graphs_b8.json.gz")))
+    p = load_profile(data_file("vllm_own", "rec_qwen2moe_graphs_b8.json.gz"))
+    names = p.col("launches", "name", decode=True)
+    assert sum(n == "cudaGraphLaunch" for n in names) == 31
+    st, code = _statuses(p)
     assert st["FP001"] == {"fail"} and st["FP002"] == {"not_applicable"}
     assert "pass" not in st["FP003"] and code == 1
