@@ -10,6 +10,7 @@ Usage: python benchmarks/classify_corpus.py [--rules DIR]
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from collections import Counter
@@ -30,7 +31,10 @@ def main(argv: list[str]) -> None:
         which = str(d)
     else:
         rules, which = default_rules(), "builtin"
-    rows = [ln.split("\t") for ln in CORPUS.read_text(encoding="utf-8").splitlines() if ln and not ln.startswith("#")]
+    # committed gzipped (corpus.tsv.gz); the tests unpack it beside itself (tests/conftest.py), read either
+    text = CORPUS.read_text(encoding="utf-8") if CORPUS.exists() else \
+        gzip.decompress(CORPUS.with_name("corpus.tsv.gz").read_bytes()).decode("utf-8")
+    rows = [ln.split("\t") for ln in text.splitlines() if ln and not ln.startswith("#")]
     unc = wrong = cross = 0
     by_family: Counter = Counter()
     for name, family, _, platform, _ in rows:

@@ -7,7 +7,8 @@ a raw trace, `load_profile` for a saved Profile), and building the event frame (
 regions) without and with the alignment; the alignment runs there, at analysis time, not in the import. The
 ratio is what matters (the machine is shared).
 
-Usage: python benchmarks/graph_align.py [TRACE ...]   (default: the vLLM graph samples in tests/data/samples/vllm)
+Usage: python benchmarks/graph_align.py [TRACE ...]   (default: the vLLM graph samples: the full trace in ../shared/samples/vllm when
+present, else the excerpts in tests/data/samples/vllm; the same for the record Profile)
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ from mmprof.importers import import_paths  # noqa: E402
 from mmprof.profiles.io import load_profile  # noqa: E402
 
 VLLM = ROOT / "tests" / "data" / "samples" / "vllm"
-DEFAULT = [VLLM / "m3_graphs_b8.pt.trace.json.gz", VLLM / "record" / "rec_graphs_b8.json.gz"]
+# the full graph-mode trace (31 replays) and record Profile (30) are in the shared samples beside the checkout (and
+# in git history at 01f295c); tests/data holds excerpts (2 and 14 replays): read the full ones when present
+SHARED = ROOT.parent / "shared" / "samples" / "vllm"
+DEFAULT = [p if p.exists() else VLLM / rel for rel in ("m3_graphs_b8.pt.trace.json.gz", "record/rec_graphs_b8.json.gz")
+           for p in [SHARED / rel]]
 
 
 def _load(path: Path):

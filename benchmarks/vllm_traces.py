@@ -1,7 +1,7 @@
 """vLLM's own traces judged: attribution, seed checks and engine steps; one JSON line per trace.
 
 For every vLLM torch-profiler trace in tests/data/samples/vllm (vLLM 0.26.0's own output, one H200; the shared
-samples) and tests/data/vllm_own (traces we recorded with the vLLM kit): the share of kernel time attributed to
+samples: the full files in ../shared/samples/vllm when present, else the committed excerpts) and tests/data/vllm_own (traces we recorded with the vLLM kit): the share of kernel time attributed to
 a model region (and by which evidence), the share of kernel time whose kernel a rule classifies, the seed checks'
 verdicts with the generic gate (exit code), and the engine steps by phase. The independent counts (kernel time
 from the raw JSON) are in the tests; this prints the figures for docs/benchmarks.md.
@@ -25,13 +25,22 @@ from mmprof.analysis.events import events_of  # noqa: E402
 from mmprof.importers import import_paths  # noqa: E402
 
 DIRS = [ROOT / "tests" / "data" / "samples" / "vllm", ROOT / "tests" / "data" / "vllm_own"]
+# tests/data/samples/vllm holds excerpts (the first 3-4 engine steps, tests/data/samples/vllm/README.md); the full
+# traces the figures in docs/benchmarks.md were measured on are in the shared samples beside the checkout (and in
+# git history at 01f295c): read those when present. tests/data/vllm_own has no full copy outside git history.
+SHARED = ROOT.parent / "shared" / "samples" / "vllm"
+
+
+def _full(path: Path) -> Path:
+    alt = SHARED / path.relative_to(DIRS[0]) if path.is_relative_to(DIRS[0]) else None
+    return alt if alt is not None and alt.exists() else path
 
 
 def traces() -> list[Path]:
     out = []
     for d in DIRS:
         out += sorted(d.glob("*.pt.trace.json.gz")) + sorted(d.glob("rec_*.json.gz"))
-    return out
+    return [_full(p) for p in out]
 
 
 def measure(path: Path) -> dict:

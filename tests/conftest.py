@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import contextlib
+import gzip
+import io
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -8,6 +12,60 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+# the full real samples that tests/data/samples holds excerpts of (beside the checkouts on the project's machines;
+# absent elsewhere: a test may compare with them only where they exist, and must check something without them)
+SHARED_SAMPLES = ROOT.parent / "shared" / "samples"
+
+# Fixtures committed gzipped (the real files, byte for byte: gzip -9 of each): a SQLite database of a few hundred
+# rows weighs 1-2 MB, mostly pages of long JSON blobs and free space, and gzip takes 90% of it off; the kernel
+# corpus is a 250 KB TSV of repetitive names (20 KB gzipped). Each `X.gz` is unpacked beside itself to `X`
+# (ignored by git, .gitignore) when missing or older than its .gz, so every test and script reads the same path
+# as before. Written to a temporary name and renamed, so that parallel workers never see half a file.
+PACKED = ("samples/nsys/perlmutter-cloverleaf-cuda.sqlite", "samples/nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite",
+          "samples/rocprofv3/rocpd/14_results.db", "samples/rocprofv3/rocpd/28_results.db",
+          "kernel_corpus/corpus.tsv")
+
+
+def unpack_fixtures() -> None:
+    for rel in PACKED:
+        dst = DATA / rel
+        src = dst.with_name(dst.name + ".gz")
+        if not src.exists() or (dst.exists() and dst.stat().st_mtime >= src.stat().st_mtime):
+            continue
+        tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+        with gzip.open(src, "rb") as f, open(tmp, "wb") as g:
+            shutil.copyfileobj(f, g)
+        os.replace(tmp, dst)
+    # rocprofv3_json/14_results.json is a conversion of the rocpd sample 14_results.db (README there), made by the
+    # committed script from the unpacked database; same bytes on every run
+    db, js = DATA / "samples/rocprofv3/rocpd/14_results.db", DATA / "rocprofv3_json" / "14_results.json"
+    if not js.exists() or js.stat().st_mtime < db.stat().st_mtime:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("make_from_rocpd", js.parent / "make_from_rocpd.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        tmp = js.with_name(f".{js.name}.{os.getpid()}.tmp")
+        with contextlib.redirect_stdout(io.StringIO()):  # its one-line summary
+            mod.main(str(db), str(tmp))
+        os.replace(tmp, js)
+
+
+unpack_fixtures()
+
+
+def _derive_nostack() -> None:
+    """tests/data/hf_moe/nostack.py: the `*_nostack` traces are the `*_stack` ones without their python_function
+    events (the only difference between the two recordings; README there), written beside them (ignored by git)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hf_moe_nostack", DATA / "hf_moe" / "nostack.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.ensure()
+
+
+_derive_nostack()
 
 
 def data_file(*parts: str) -> Path:

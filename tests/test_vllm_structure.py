@@ -1,5 +1,6 @@
 """vLLM's module tree and custom ops as structure, on vLLM 0.26.0's own torch-profiler traces of a tiny MiniMax M3
-(tests/data/samples/vllm, copied unmodified; README there) and on a vLLM-style Qwen2-MoE trace derived from the
+(tests/data/samples/vllm, excerpts of the real runs, every event of the first 3 (eager) / 4 (graphs) engine steps
+copied as it was by tests/data/samples/derive.py; README there) and on a vLLM-style Qwen2-MoE trace derived from the
 eager one (tests/data/vllm_qwen2_moe, README and make_fixture.py there).
 
 The truth each test expects is what vLLM's code does:
@@ -36,6 +37,9 @@ from .conftest import data_file
 
 VLLM = ("samples", "vllm")
 SAMPLES = {"eager": "m3_eager_b8.pt.trace.json.gz", "graphs": "m3_graphs_b8.pt.trace.json.gz"}
+# engine steps (forwards) in the eager excerpt: prefill, mixed, one decode step (the full run had 33 + 1 empty);
+# test_eager_excerpt_has_three_forwards counts them in the raw JSON
+STEPS = 3
 _cache: dict = {}
 
 
@@ -79,6 +83,20 @@ def raw_module_chains(path) -> list[tuple[str, float, list[str]]]:
     return out
 
 
+def test_eager_excerpt_has_three_forwards():
+    """The excerpt's engine steps, counted in the raw JSON (vLLM's Worker.annotate_profile, gpu_worker.py): the
+    prefill, the mixed step (7 prompts' prefill beside the first request's decode) and one decode step of 8."""
+    with gzip.open(data_file(*VLLM, SAMPLES["eager"]), "rt") as f:
+        ev = json.load(f)["traceEvents"]
+    steps = sorted((e["ts"], e["name"]) for e in ev if e.get("cat") == "user_annotation"
+                   and e["name"].startswith("execute_context_"))
+    assert [n for _, n in steps] == ["execute_context_1(64)_generation_0(0)", "execute_context_7(448)_generation_1(1)",
+                                     "execute_context_0(0)_generation_8(8)"] and len(steps) == STEPS
+    # one LM-head forward per step: LogitsProcessor frames (vllm/model_executor/layers/logits_processor.py)
+    assert sum(e.get("cat") == "python_function" and e["name"].startswith("nn.Module: LogitsProcessor")
+               for e in ev) == STEPS
+
+
 # ------------------------------------------------------------------------------------------- seed checks
 @pytest.mark.parametrize("name", ["eager", "graphs"])
 def test_seed_checks_match_what_vllm_runs(name):
@@ -106,18 +124,19 @@ def test_cli_exit_code_is_one_with_evidence(capsys):
 # ----------------------------------------------------------------------------- regions vs the raw JSON
 def test_regions_agree_with_an_independent_count_of_the_raw_json():
     """Every kernel launched inside an nn.Module frame gets a region, and only those (the eager sample has no
-    engine op outside modules that names a region): counts and time equal the raw JSON's. Before vLLM's classes
-    were in the role rules 4,232 of 4,902 kernels (91.2% of kernel time) had a region; now 4,463 (97.9%)."""
+    engine op outside modules that names a region): counts and time equal the raw JSON's (460 kernels in the
+    excerpt, 413 inside a module frame). On the full run (4,902 kernels), before vLLM's classes were in the role
+    rules 4,232 (91.2% of kernel time) had a region; then 4,463 (97.9%)."""
     raw = raw_module_chains(data_file(*VLLM, SAMPLES["eager"]))
     frame = events_of(trace("eager"))
     k = frame.table == 0
     has = frame.region[k] != None  # noqa: E711
-    assert len(raw) == int(k.sum()) == 4902
+    assert len(raw) == int(k.sum()) == 460
     in_mod = [d for _, d, ch in raw if ch]
     src = frame.label_source[k]
     # regions from the module tree and ops: exactly the kernels inside a module frame
     structural = has & np.isin(src.astype(str), ["module", "op"])
-    assert int(structural.sum()) == len(in_mod) == 4463
+    assert int(structural.sum()) == len(in_mod) == 413
     share_raw = sum(in_mod) / sum(d for _, d, _ in raw)
     share = frame.dur[k][structural].sum() / frame.dur[k].sum()
     assert share == pytest.approx(share_raw, rel=1e-6) and share > 0.97
@@ -143,16 +162,16 @@ def test_innermost_of_module_and_op_wins():
     by = defaultdict(Counter)
     for n, r in zip(names, role):
         by[n.split("<")[0].split("(")[0]][r] += 1
-    assert by["fused_moe_kernel"] == Counter({"moe.routed": 330})  # 33 steps x 5 MoE layers x 2 projections
-    assert by["void vllm::moe::topkGating"] == Counter({"moe.router": 165})
+    assert by["fused_moe_kernel"] == Counter({"moe.routed": STEPS * 5 * 2})  # steps x 5 MoE layers x 2 projections
+    assert by["void vllm::moe::topkGating"] == Counter({"moe.router": STEPS * 5})
     assert set(by["void vllm::moe::moe_sum_vec_kernel"]) == {"moe.routed"}
     act = by["void vllm::act_and_mul_kernel"]
-    assert act["moe.routed"] == act["moe.shared"] == 165 and act["mlp"] == 33  # routed, shared, dense layer 0
+    assert act["moe.routed"] == act["moe.shared"] == STEPS * 5 and act["mlp"] == STEPS  # routed, shared, dense 0
     # the fused QKV + index q/k projection (MinimaxM3QKVParallelLinearWithIndexer) is a projection, not the indexer
     idx = {n.split("<")[0] for n, r in zip(names, role) if r == "attn.indexer"}
     assert not any(n.startswith("nvjet_") for n in idx), idx
     assert by["void vllm::minimax_m3_fused_ops::fusedMiniMaxM3QNormRopeKVInsertKernel"] == Counter(
-        {"attn.norm_rope": 198})  # _C::fused_minimax_m3_qknorm_rope_kv_insert: 33 steps x 6 layers
+        {"attn.norm_rope": STEPS * 6})  # _C::fused_minimax_m3_qknorm_rope_kv_insert: steps x 6 layers
 
 
 def test_model_level_regions():
@@ -162,7 +181,7 @@ def test_model_level_regions():
     frame = events_of(trace("eager"))
     got = Counter(r for r, la in zip(frame.region, frame.layer) if r is not None and la < 0)
     assert set(got) == {"embed", "final_norm", "lm_head", "sampler", "engine"}
-    assert got["lm_head"] >= 33 and got["final_norm"] == 33
+    assert got["lm_head"] >= STEPS and got["final_norm"] == STEPS
 
 
 # ---------------------------------------------------------------------------------------- Qwen2-MoE
@@ -202,10 +221,12 @@ def test_shapes_of_vllm_parallel_linears_match_the_config(capsys):
     d = _shapes_json(capsys, data_file(*VLLM, "config", "m3_tiny_config.json"))
     c = d["comparison"]
     per = c["per_rank"]["0"]
-    # 33 forwards: 6 qkv + 6 o_proj, 2 dense GEMMs (layer 0), 5 routers, 2 x 5 shared GEMMs, 1 LM head; 2 attention
-    assert per == {"attn.qkv": 198, "attn.o_proj": 198, "mlp": 66, "moe.router": 165, "moe.shared": 330,
-                   "lm_head": 33, "attn.core": 66}
-    assert c["calls"] == c["matched"] == 1056 and c["unscoped"] == 0 and c["unmatched"] == []
+    # per forward (STEPS of them): 6 qkv + 6 o_proj, 2 dense GEMMs (layer 0), 5 routers, 2 x 5 shared GEMMs, 1 LM
+    # head; 2 attention calls (the full layers 0-1)
+    per_forward = {"attn.qkv": 6, "attn.o_proj": 6, "mlp": 2, "moe.router": 5, "moe.shared": 10, "lm_head": 1,
+                   "attn.core": 2}
+    assert per == {k: STEPS * v for k, v in per_forward.items()}
+    assert c["calls"] == c["matched"] == STEPS * 32 and c["unscoped"] == 0 and c["unmatched"] == []
     assert not [f for f in d["findings"] if f["code"] == "SH006"]
 
 
@@ -344,7 +365,7 @@ def test_real_qwen2_moe_eager_trace():
     from mmprof.analysis.shape_match import match_profile
     from mmprof.modelspec import ModelSpec
 
-    p = import_paths([data_file("vllm_own", "qwen2moe_eager_b8_first6.pt.trace.json.gz")])
+    p = import_paths([data_file("vllm_own", "qwen2moe_eager_b8_first3.pt.trace.json.gz")])
     r = {x.id: x for x in verify(p).results}
     assert r["shared-expert-separate"].status == "fail" and "layers 0-3" in r["shared-expert-separate"].evidence[0]
     assert r["routed-experts-grouped"].status == "pass" and r["no-expert-loop-gemms"].status == "pass"
@@ -352,8 +373,10 @@ def test_real_qwen2_moe_eager_trace():
     k = frame.table == 0
     fam = np.asarray(frame.family.astype(object))
     shared_gemms = k & (frame.role == "moe.shared") & (fam == "gemm")
-    assert int(shared_gemms.sum()) == 3 * 4 * 6  # gate_up, down, shared_expert_gate x 4 layers x 6 steps
+    # the excerpt's 3 engine steps (prefill, mixed, decode; tests/data/vllm_own/README.md)
+    assert int(shared_gemms.sum()) == 3 * 4 * 3  # gate_up, down, shared_expert_gate x 4 layers x 3 steps
     ss = match_profile(p, ModelSpec.load(data_file("vllm_own", "qwen2moe_config.json")))
     rep = ss.report
-    assert rep.forwards == rep.forwards_layered == 6
-    assert rep.gemms == rep.matched == 150 and not rep.unexplained and not rep.ambiguous
+    assert rep.forwards == rep.forwards_layered == 3
+    # per forward 4 layers x (qkv, o_proj, router, 3 shared-expert GEMMs) + the LM head = 25
+    assert rep.gemms == rep.matched == 3 * 25 and not rep.unexplained and not rep.ambiguous
