@@ -62,8 +62,9 @@ def _ladder(name: str):
 
 
 def test_h200_ladder_profiles_diff_step_by_step():
-    """The committed H200 ladder (mmprof run --preset small --device cuda, batch 8): each step's diff names
-    the path change it made; the expert loop -> grouped GEMM step is a large step-time win."""
+    """The committed H200 ladder (mmprof run --preset small --device cuda, batch 8; each file is decode step 2 of
+    its run, examples/trim.py): each step's diff names the path change it made; the expert loop -> grouped GEMM
+    step is a large step-time win."""
     from mmprof.analysis.diff import diff_profiles
 
     base, grouped, fused, reuse2 = (_ladder(n) for n in ("baseline", "grouped", "fused", "reuse2"))

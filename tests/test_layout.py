@@ -39,13 +39,17 @@ def vocabulary(*texts: str) -> set[str]:
 
 def split_words(text: str, vocab: set[str]) -> list[str]:
     """Words a table split across lines: the last token of a cell's line and the first token of the same column's
-    next line join into a known word that is not itself a known token on both sides (`PyTorc│h`)."""
+    next line join into a known word that is not itself a known token on both sides (`PyTorc│h`). The next line
+    must continue the row: a wrapped row leaves blank the cells that did not wrap, while the next row of a table
+    fills them (two rows `2.5` / `0.2` of a number column are not the word `50` split)."""
     bad = []
     lines = text.splitlines()
     for a, b in zip(lines, lines[1:]):
         ca, cb = re.split(r"[│┃]", a), re.split(r"[│┃]", b)
         if len(ca) < 3 or len(ca) != len(cb):
             continue
+        if not any(x.strip() and not y.strip() for x, y in zip(ca[1:-1], cb[1:-1])):
+            continue  # a new row, not the continuation of this one
         for x, y in zip(ca[1:-1], cb[1:-1]):
             x, y = x.rstrip(), y.lstrip()
             if not x or not y or not (x[-1].isalnum() and y[0].isalnum()):
@@ -54,6 +58,14 @@ def split_words(text: str, vocab: set[str]) -> list[str]:
             if left + right in vocab and (left not in vocab or right not in vocab):
                 bad.append(f"{left}|{right}")
     return bad
+
+
+def test_split_words_finds_a_wrapped_word_and_not_two_rows():
+    vocab = {"PyTorch", "cuBLAS", "50", "0", "2", "x"}
+    wrapped = "│ PyTorc │ 12 │\n│ h      │    │\n"   # one row, its first cell wrapped mid-word
+    assert split_words(wrapped, vocab) == ["PyTorc|h"]
+    rows = "│ x │ 2.5 │\n│ x │ 0.2 │\n"              # two rows: every cell of the second one is filled
+    assert split_words(rows, vocab) == []
 
 
 def check(text: str, width: int, vocab: set[str]) -> None:
