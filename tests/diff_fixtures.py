@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from mmprof.profiles.model import ProfileBuilder
+from mmprof.profiles.profile import ProfileBuilder
 
 BF16 = "c10::BFloat16"
 BIG = ("aten::mm", [[4096, 4096], [4096, 4096]], [BF16, BF16])

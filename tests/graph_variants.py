@@ -42,7 +42,7 @@ _NORM = re.compile(r"RMSNorm")
 
 
 def _profile(tables, meta, strings):
-    from mmprof.profiles.model import Profile
+    from mmprof.profiles.profile import Profile
 
     return Profile(json.loads(json.dumps(meta)), list(strings), {t: {c: a.copy() for c, a in cols.items()}
                                                                    for t, cols in tables.items()})

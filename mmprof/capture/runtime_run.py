@@ -42,7 +42,7 @@ from mmprof.errors import BadInput, CaptureUnavailable
 from mmprof.importers import kineto
 from mmprof.importers.graphs import attribute_replays
 from mmprof.profiles.io import save_profile
-from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
+from mmprof.profiles.profile import Profile, ProfileBuilder, merge_profiles
 from mmprof.runtime import Workload, build_model, generate, set_scopes_enabled
 
 

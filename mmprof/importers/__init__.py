@@ -16,7 +16,7 @@ from mmprof.fileio import head_bytes, note_input, sqlite_connect
 from mmprof.importers._runs import different_runs, rank_facts
 from mmprof.importers.graphs import attribute_replays, unmarked_replays
 from mmprof.labels import MAX_RANK
-from mmprof.profiles.model import Profile, merge_profiles
+from mmprof.profiles.profile import Profile, merge_profiles
 
 # format name -> module implementing load(files, rank)
 IMPORTERS: dict[str, str] = {

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from mmprof.importers._timeline import ScopeNest, add_comm_kernels, add_scopes, attribute, extend
-from mmprof.profiles.model import ProfileBuilder
+from mmprof.profiles.profile import ProfileBuilder
 
 
 class Marker(NamedTuple):
