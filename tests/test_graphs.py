@@ -17,7 +17,7 @@ import pytest
 
 from mmprof.analysis.events import events_of
 from mmprof.analysis.graphs import graph_summary
-from mmprof.analysis.launch import launch_analysis
+from mmprof.analysis.launch_queue import launch_analysis
 from mmprof.cli import main
 from mmprof.importers import import_paths
 from mmprof.importers.graphs import attribute_replays
