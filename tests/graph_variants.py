@@ -213,7 +213,7 @@ VARIANTS = {"real": real, "piecewise": piecewise, "piecewise_unannotated": lambd
 
 def main() -> None:
     from mmprof.analysis.events import events_of
-    from mmprof.analysis.graphs import graph_summary
+    from mmprof.analysis.graph_summary import graph_summary
 
     for name, make in VARIANTS.items():
         p = make()

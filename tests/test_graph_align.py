@@ -23,7 +23,7 @@ import pytest
 
 from mmprof.analysis.events import events_of
 from mmprof.analysis.graph_align import SOURCES
-from mmprof.analysis.graphs import graph_summary
+from mmprof.analysis.graph_summary import graph_summary
 from tests import graph_variants as V
 from tests.conftest import data_file
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from mmprof.analysis.events import events_of
-from mmprof.analysis.graphs import graph_summary
+from mmprof.analysis.graph_summary import graph_summary
 from mmprof.analysis.launch_queue import launch_analysis
 from mmprof.cli import main
 from mmprof.importers import import_paths
