@@ -207,7 +207,7 @@ def test_record_sample_replays_all_get_regions():
     from mmprof.profiles.io import load_profile
 
     p = load_profile(data_file("samples", "vllm", "record", "rec_graphs_b8.json.gz"))
-    from mmprof.importers.graphs import attribute_replays
+    from mmprof.importers.graph_replays import attribute_replays
 
     rep = attribute_replays(p)
     assert rep.replays == 30 and rep.kernels == 3840 and rep.ambiguous == 30

@@ -40,7 +40,7 @@ from mmprof.capture.run_options import Progress, RunOptions, validate
 from mmprof.capture.session import CaptureSession
 from mmprof.errors import BadInput, CaptureUnavailable
 from mmprof.importers import kineto
-from mmprof.importers.graphs import attribute_replays
+from mmprof.importers.graph_replays import attribute_replays
 from mmprof.profiles.io import save_profile
 from mmprof.profiles.profile import Profile, ProfileBuilder, merge_profiles
 from mmprof.runtime import Workload, build_model, generate, set_scopes_enabled
