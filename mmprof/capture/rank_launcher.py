@@ -13,8 +13,8 @@ point.
 process is one rank of the job; it runs its share, writes its outcome, and after a barrier rank 0 returns every
 rank's outcome (the others return None).
 
-Users: `mmprof run --tp N` (`mmprof.capture.runtime_run:rank_main`) and `mmprof shapes --live`
-(`mmprof.capture.shapes_live:rank_main`).
+Users: `mmprof run --tp N` (`mmprof.capture.workflows.run:rank_main`) and `mmprof shapes --live`
+(`mmprof.capture.workflows.shapes_live:rank_main`).
 """
 
 from __future__ import annotations

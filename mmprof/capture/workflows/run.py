@@ -36,7 +36,7 @@ import numpy as np
 
 from mmprof._version import __version__
 from mmprof.capture.rank_launcher import RankContext, join_torchrun, spawn_ranks, torchrun_world
-from mmprof.capture.run_options import Progress, RunOptions, validate
+from mmprof.capture.workflows.run_options import Progress, RunOptions, validate
 from mmprof.capture.session import CaptureSession
 from mmprof.errors import BadInput, CaptureUnavailable
 from mmprof.importers import kineto
@@ -435,7 +435,7 @@ def run_to_file(opts: RunOptions, output: str, progress: Progress | None = None)
     return profile
 
 
-RANK_MAIN = "mmprof.capture.runtime_run:rank_main"
+RANK_MAIN = "mmprof.capture.workflows.run:rank_main"
 
 
 def rank_main(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:

@@ -75,7 +75,7 @@ def _recorder(rank: int, stack: list[str], out: list[dict[str, Any]]):
     return ShapeRecorder()
 
 
-RANK_MAIN = "mmprof.capture.shapes_live:rank_main"
+RANK_MAIN = "mmprof.capture.workflows.shapes_live:rank_main"
 
 
 def rank_main(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
