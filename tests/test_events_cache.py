@@ -57,3 +57,20 @@ def test_a_copy_never_gets_the_original_frame():
     b = events_of(q)
     assert b is not a and b.profile is q
     assert events_of(p).profile is p
+
+
+def test_the_frame_lives_in_the_profiles_derived_cache():
+    """The cache is the Profile's own documented object (`Profile.derived`, profiles/profile.py:DerivedCache):
+    events_of adds no other attribute to the profile, and the entry is found under the very rules object and
+    regions it was built from, with the profile's current stamp, and under nothing else."""
+    from mmprof.analysis import events as ev_mod
+
+    p = _profile()
+    attrs = set(vars(p))
+    a = events_of(p)
+    assert set(vars(p)) == attrs
+    rules = default_rules()
+    assert p.derived.get("event_frame", (rules, None), ev_mod._stamp(p)) is a
+    assert p.derived.get("event_frame", (copy.copy(rules), None), ev_mod._stamp(p)) is None  # another object
+    assert p.derived.get("event_frame", (rules, None), ("another stamp",)) is None
+    assert p.derived.get("another name", (rules, None), ev_mod._stamp(p)) is None
