@@ -11,7 +11,7 @@ import numpy as np
 
 from mmprof.analysis.classify import default_rules
 from mmprof.analysis.events import events_of
-from tests.diff_fixtures import Synth
+from tests.profile_builder import Synth
 
 
 def _profile():

@@ -22,7 +22,7 @@ from mmprof.analysis.roofline import (
     summarise_bounds,
 )
 from mmprof.hardware import PEAKS, lookup, normalise
-from tests.diff_fixtures import BF16, BIG, SKINNY, Synth
+from tests.profile_builder import BF16, BIG, SKINNY, Synth
 
 F32 = "float"
 
