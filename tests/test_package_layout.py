@@ -96,3 +96,25 @@ def test_no_function_over_80_lines_in_render(tmp_path):
     (tmp_path / "m.py").write_text("class C:\n    def long(self):\n" + "        x = 1\n" * 80
                                    + "    def short(self):\n" + "        x = 1\n" * 79)
     assert _long_functions(tmp_path) == ["m.py:2 long (81 lines)"]
+
+
+def test_architecture_doc_names_files_that_exist():
+    """docs/architecture.md says where each change goes (its "where to edit" list): every file it names exists, so a
+    rename that forgets the doc fails here. Paths are relative to mmprof/ or the repository; a bare file name must
+    exist somewhere in mmprof/ or in tests/; `<name>` placeholders and the old side of a rename (`old` -> `new`)
+    are skipped."""
+    import re
+
+    repo = PKG.parent
+    doc = (repo / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"[\w/.<>-]+\.(?:py|toml)\b", doc))
+    assert len(named) >= 20
+    missing = []
+    for p in sorted(named):
+        if "<" in p or ">" in p or f"{p}` ->" in doc:  # a placeholder, or the old side of a rename
+            continue
+        p = p.removeprefix("mmprof/")
+        bare = "/" not in p and (any(PKG.rglob(p)) or (repo / "tests" / p).exists())
+        if not ((PKG / p).exists() or (repo / p).exists() or bare):
+            missing.append(p)
+    assert missing == []
