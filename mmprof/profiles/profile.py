@@ -67,6 +67,10 @@ def _empty_column(kind: str, n: int = 0) -> np.ndarray:
     return np.full(n, -1, dtype=_NP_DTYPE[kind])
 
 
+def _no_owner() -> None:
+    return None
+
+
 class DerivedCache:
     """What analyses derive from one Profile, kept on it so that it is built once: `Profile.derived`.
 
@@ -76,14 +80,18 @@ class DerivedCache:
     `stamp` of the profile's contents that the caller computes. `get` returns the value only while the inputs are
     the very same objects and the stamp is equal: a profile changed in place (graph-replay attribution writes
     columns) gets a rebuilt value, never a stale one. The cache belongs to one Profile object: a copy of it
-    (copy.copy shares the attributes) gets a cache of its own (`Profile.derived`). Nothing here is saved.
+    (copy.copy shares the attributes) gets a cache of its own (`Profile.derived`). Nothing here is saved, pickled
+    (parallel import sends Profiles between processes) or deep-copied: those copies start empty.
     """
 
     __slots__ = ("owner", "_entries")
 
-    def __init__(self, owner: "Profile") -> None:
-        self.owner = weakref.ref(owner)
+    def __init__(self, owner: "Profile | None" = None) -> None:
+        self.owner = weakref.ref(owner) if owner is not None else _no_owner
         self._entries: dict[str, list[tuple[tuple, Any, Any]]] = {}   # name -> [(inputs, stamp, value)]
+
+    def __reduce__(self):
+        return (DerivedCache, ())
 
     def get(self, name: str, inputs: tuple, stamp: Any) -> Any | None:
         """The value stored under `name` for these very `inputs` and an equal `stamp`, else None."""
