@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mmprof.profiles.io import load_profile, save_profile  # noqa: E402
-from mmprof.profiles.model import Profile, StringTable  # noqa: E402
+from mmprof.profiles.profile import Profile, StringTable  # noqa: E402
 from mmprof.profiles.schema import TABLES, column_kind  # noqa: E402
 
 BF16 = '"c10::BFloat16"'

@@ -43,7 +43,7 @@ def main() -> None:
     table = [timed(base) for _ in range(a.repeat)]
     as_json = [timed(base + ["--json"]) for _ in range(a.repeat)]
 
-    from mmprof.capture.shapes import analytic_shapes
+    from mmprof.capture.workflows.shapes import analytic_shapes
 
     analytic_shapes("m3", a.tp)  # warm
     inproc = []

@@ -10,7 +10,7 @@ An unknown device gives `None` plus a warning, never a guess (nanochat's rule: a
 A CPU gets no entry here: CPU peaks depend on the core count, clocks and ISA of the machine, so a CPU-run profile
 only gets a roofline when its metadata carries measured peaks (case 1).
 
-Measured CPU peaks (`mmprof run` on a CPU, `mmprof.capture.runtime_run.measure_cpu_peaks`) are per dtype and for
+Measured CPU peaks (`mmprof run` on a CPU, `mmprof.capture.workflows.run.measure_cpu_peaks`) are per dtype and for
 the rank's thread count, taken one rank at a time (`alone`), with the copy bandwidth at several working-set sizes
 (`mem_levels`: a working set that fits a cache is bounded by that cache's bandwidth, not DRAM's). Profiles written
 before that carry one DRAM bandwidth and, with several ranks, peaks every rank measured while the others ran; the

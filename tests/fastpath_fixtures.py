@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmprof.profiles.model import Profile, ProfileBuilder
+from mmprof.profiles.profile import Profile, ProfileBuilder
 
 NV = {
     "gemm": "nvjet_tst_128x64_64x8_2x1_v_bz_splitK_TNT",

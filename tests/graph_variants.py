@@ -42,7 +42,7 @@ _NORM = re.compile(r"RMSNorm")
 
 
 def _profile(tables, meta, strings):
-    from mmprof.profiles.model import Profile
+    from mmprof.profiles.profile import Profile
 
     return Profile(json.loads(json.dumps(meta)), list(strings), {t: {c: a.copy() for c, a in cols.items()}
                                                                    for t, cols in tables.items()})
@@ -213,7 +213,7 @@ VARIANTS = {"real": real, "piecewise": piecewise, "piecewise_unannotated": lambd
 
 def main() -> None:
     from mmprof.analysis.events import events_of
-    from mmprof.analysis.graphs import graph_summary
+    from mmprof.analysis.graph_summary import graph_summary
 
     for name, make in VARIANTS.items():
         p = make()

@@ -9,7 +9,7 @@ importers as they were before their shared skeleton (`importers/_ranges.py`) exi
 
 so `tests/test_importer_golden.py` proves that the skeleton changed no row of any table. A deliberate change to
 what an importer produces regenerates the file with `python tests/importer_golden.py --write` (and says so in
-its commit). The format modules' `load()` are called directly: graph-replay marking (importers/graphs.py) runs
+its commit). The format modules' `load()` are called directly: graph-replay marking (importers/graph_replays.py) runs
 after them in `import_paths` and is not part of these summaries.
 """
 

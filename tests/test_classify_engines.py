@@ -282,7 +282,7 @@ def test_ep_all_to_all_variant_names_the_op_and_library():
 def test_deepep_time_counts_as_communication_in_the_timeline():
     """A decode step where DeepEP dispatch + combine are 46% of the kernel time: the timeline must say so."""
     from mmprof.analysis.timeline import timeline
-    from tests.diff_fixtures import Synth
+    from tests.profile_builder import Synth
 
     s = Synth()
     t = 0

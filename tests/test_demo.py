@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mmprof.capture.demo import DemoResult, run_demo, run_step
+from mmprof.capture.workflows.demo import DemoResult, run_demo, run_step
 from mmprof.cli import main
 from mmprof.errors import BadInput
 from mmprof.profiles import load_profile

@@ -12,7 +12,7 @@ from mmprof.errors import NoEvidence
 from mmprof.importers import import_paths
 from mmprof.profiles import save_profile
 from tests.conftest import data_file
-from tests.diff_fixtures import BIG, SKINNY, Synth, decode_run
+from tests.profile_builder import BIG, SKINNY, Synth, decode_run
 
 
 def _shift_run(compute_us: int, memory_us: int, gap_us: int, steps: int = 3, extra: str | None = None):

@@ -11,7 +11,7 @@ import numpy as np
 
 from mmprof.analysis.classify import default_rules
 from mmprof.analysis.events import events_of
-from tests.diff_fixtures import Synth
+from tests.profile_builder import Synth
 
 
 def _profile():
@@ -57,3 +57,36 @@ def test_a_copy_never_gets_the_original_frame():
     b = events_of(q)
     assert b is not a and b.profile is q
     assert events_of(p).profile is p
+
+
+def test_the_frame_lives_in_the_profiles_derived_cache():
+    """The cache is the Profile's own documented object (`Profile.derived`, profiles/profile.py:DerivedCache):
+    events_of adds no other attribute to the profile, and the entry is found under the very rules object and
+    regions it was built from, with the profile's current stamp, and under nothing else."""
+    from mmprof.analysis import events as ev_mod
+
+    p = _profile()
+    attrs = set(vars(p))
+    a = events_of(p)
+    assert set(vars(p)) == attrs
+    rules = default_rules()
+    assert p.derived.get("event_frame", (rules, None), ev_mod._stamp(p)) is a
+    assert p.derived.get("event_frame", (copy.copy(rules), None), ev_mod._stamp(p)) is None  # another object
+    assert p.derived.get("event_frame", (rules, None), ("another stamp",)) is None
+    assert p.derived.get("another name", (rules, None), ev_mod._stamp(p)) is None
+
+
+def test_a_pickled_or_deep_copied_profile_starts_with_an_empty_cache():
+    """Parallel import pickles Profiles between processes (importers/__init__.py, jobs > 1): the cache is not sent
+    (nothing derived travels or is saved), and the copy builds its own frame, equal to the original's."""
+    import pickle
+
+    from mmprof.analysis import events as ev_mod
+
+    p = _profile()
+    a = events_of(p)
+    for q in (pickle.loads(pickle.dumps(p)), copy.deepcopy(p)):
+        assert q.derived.get("event_frame", (default_rules(), None), ev_mod._stamp(q)) is None
+        assert q.derived is not p.derived
+        b = events_of(q)
+        assert b is not a and b.profile is q and list(b.dur) == list(a.dur)

@@ -172,7 +172,7 @@ def test_hostile_names_stay_json(tmp_path):
 
 def test_export_of_nothing_is_no_evidence(tmp_path, capsys):
     from mmprof.profiles.io import save_profile
-    from mmprof.profiles.model import Profile
+    from mmprof.profiles.profile import Profile
 
     p = tmp_path / "empty.json"
     save_profile(Profile.empty(), p)

@@ -10,7 +10,7 @@ from mmprof.analysis.checks.registry import load_info
 from mmprof.analysis.checks.spec import BUILTIN_CHECKS, load_spec, parse_spec
 from mmprof.analysis.checks.verify import verify
 from mmprof.errors import BadInput
-from mmprof.profiles.model import ProfileBuilder
+from mmprof.profiles.profile import ProfileBuilder
 from tests.conftest import DATA, ROOT
 from tests.fastpath_fixtures import empty_profile, runtime_profile
 
@@ -284,7 +284,7 @@ def _runtime_run(**switches):
     import torch
 
     from mmprof.importers import import_paths
-    from mmprof.profiles.model import merge_profiles
+    from mmprof.profiles.profile import merge_profiles
     from mmprof.runtime.config import get_preset
     from mmprof.runtime.generate import Workload, generate
     from mmprof.runtime.model import Switches, build_model

@@ -25,7 +25,7 @@ import pytest
 
 from mmprof.analysis.events import events_of
 from mmprof.analysis.graph_align import SOURCES
-from mmprof.analysis.graphs import graph_summary
+from mmprof.analysis.graph_summary import graph_summary
 from tests import graph_variants as V
 from tests.conftest import SHARED_SAMPLES, data_file
 
@@ -224,7 +224,7 @@ def test_record_sample_replays_all_get_regions():
     from mmprof.profiles.io import load_profile
 
     p = load_profile(data_file("samples", "vllm", "record", "rec_graphs_b8.json.gz"))
-    from mmprof.importers.graphs import attribute_replays
+    from mmprof.importers.graph_replays import attribute_replays
 
     rep = attribute_replays(p)
     names = p.col("launches", "name", decode=True)

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from mmprof.analysis.events import events_of
-from mmprof.analysis.graphs import graph_summary
-from mmprof.analysis.launch import launch_analysis
+from mmprof.analysis.graph_summary import graph_summary
+from mmprof.analysis.launch_queue import launch_analysis
 from mmprof.cli import main
 from mmprof.importers import import_paths
-from mmprof.importers.graphs import attribute_replays
+from mmprof.importers.graph_replays import attribute_replays
 from mmprof.profiles.io import from_dict, save_profile, to_dict
 
 DATA = Path(__file__).parent / "data" / "h200_graphs"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from mmprof.capture.shapes import analytic_shapes
+from mmprof.capture.workflows.shapes import analytic_shapes
 from mmprof.cli import main
 from mmprof.profiles import load_profile
 from mmprof.profiles.io import save_profile

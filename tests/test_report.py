@@ -11,7 +11,7 @@ from mmprof.analysis.timeline import CATEGORIES, Breakdown
 from mmprof.importers import import_paths
 from mmprof.profiles import save_profile
 from tests.conftest import data_file
-from tests.diff_fixtures import decode_run
+from tests.profile_builder import decode_run
 
 
 def _br(dominant: str, share: float = 0.61, comm_total: int = 0, comm_over: int = 0) -> Breakdown:

@@ -22,7 +22,7 @@ from mmprof.analysis.roofline import (
     summarise_bounds,
 )
 from mmprof.hardware import PEAKS, lookup, normalise
-from tests.diff_fixtures import BF16, BIG, SKINNY, Synth
+from tests.profile_builder import BF16, BIG, SKINNY, Synth
 
 F32 = "float"
 
@@ -152,7 +152,7 @@ def test_events_above_the_peak_are_flagged_not_hidden():
     import numpy as np
 
     from mmprof.analysis.roofline import event_roofline
-    from mmprof.profiles.model import ProfileBuilder
+    from mmprof.profiles.profile import ProfileBuilder
 
     b = ProfileBuilder({"ranks": [{"rank": 0, "devices": [{"index": -1, "name": "cpu", "vendor": "cpu",
                                                             "peaks": {"fp32_tflops": 1e-6, "hbm_tbs": 1e-6}}]}]})
@@ -166,7 +166,7 @@ def test_events_above_the_peak_are_flagged_not_hidden():
 
 def _cpu_profile(peaks: list[dict], ops: list[tuple[str, str, int]]):
     """A CPU-run profile: one device per rank with these measured peaks; ops (name, dims, dur_ns) on every rank."""
-    from mmprof.profiles.model import ProfileBuilder
+    from mmprof.profiles.profile import ProfileBuilder
 
     b = ProfileBuilder({"ranks": [{"rank": r, "devices": [{"index": -1, "name": "x86_64", "vendor": "cpu",
                                                            "peaks": pk}]} for r, pk in enumerate(peaks)]})

@@ -201,7 +201,7 @@ def test_unknown_preset_is_a_usage_error(capsys):
 
 # -- units --------------------------------------------------------------------------------------------
 def test_dilation_math():
-    from mmprof.capture.runtime_run import dilation
+    from mmprof.capture.workflows.run import dilation
 
     d = dilation({"prefill_ms": 10.0, "decode_ms": 30.0}, {"prefill_ms": 15.0, "decode_ms": 90.0})
     assert d == {"prefill": 1.5, "decode": 3.0, "total": pytest.approx(105 / 40)}
@@ -236,7 +236,7 @@ def test_generate_calls_back_after_each_step_outside_its_regions():
 
 
 def test_progress_reaches_the_end():
-    from mmprof.capture.runtime_run import RunOptions, run_workload
+    from mmprof.capture.workflows.run import RunOptions, run_workload
 
     calls = []
     p = run_workload(RunOptions(prompt_len=16, decode_steps=1, repeats=1, capture="none"),

@@ -10,7 +10,7 @@ import pytest
 
 from mmprof.analysis.checks.shapes_analytic import analytic_findings
 from mmprof.analysis.checks.shapes_observed import calls_from_profile, canonical, compare_calls, cross_rank, role_of
-from mmprof.capture.shapes import resolve_model, unsharded
+from mmprof.capture.workflows.shapes import resolve_model, unsharded
 from mmprof.runtime import analytic
 from mmprof.shapes_model import Call
 from mmprof.units import rank_label

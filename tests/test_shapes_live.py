@@ -22,7 +22,7 @@ BATCH, PROMPT, STEPS = 2, 32, 1
 
 @pytest.fixture(scope="module")
 def live_tp2():
-    from mmprof.capture.shapes_live import capture_live
+    from mmprof.capture.workflows.shapes_live import capture_live
 
     return capture_live("tiny", 2, batch=BATCH, prompt_len=PROMPT, decode_steps=STEPS)
 
@@ -67,7 +67,7 @@ def test_live_mismatch_is_sh006(live_tp2):
 
 
 def test_cli_live_uses_capture(live_tp2, monkeypatch, capsys):
-    import mmprof.capture.shapes as sl
+    import mmprof.capture.workflows.shapes as sl
     from mmprof.cli import main
 
     seen = {}
@@ -86,7 +86,7 @@ def test_cli_live_uses_capture(live_tp2, monkeypatch, capsys):
 
 
 def test_live_refuses_m3_on_cpu():
-    from mmprof.capture.shapes_live import capture_live
+    from mmprof.capture.workflows.shapes_live import capture_live
 
     with pytest.raises(BadInput, match="GiB of weights per rank"):
         capture_live("m3", 8, weight_bytes_per_rank=100 << 30)
@@ -94,7 +94,7 @@ def test_live_refuses_m3_on_cpu():
 
 @pytest.mark.slow
 def test_live_tp4_equals_analytic():
-    from mmprof.capture.shapes_live import capture_live
+    from mmprof.capture.workflows.shapes_live import capture_live
 
     lc = capture_live("tiny", 4, batch=1, prompt_len=16, decode_steps=1)
     res = analytic(get_preset("tiny"), 4, dtype="fp32")
@@ -136,7 +136,7 @@ def test_real_record_capture_two_ranks(tmp_path):
 @pytest.mark.gpu
 def test_live_cuda_equals_analytic():
     """One GPU: bf16, torch grouped GEMM and the CUDA SDPA backend; shapes must still equal the analytic ones."""
-    from mmprof.capture.shapes_live import capture_live
+    from mmprof.capture.workflows.shapes_live import capture_live
 
     lc = capture_live("tiny", 1, device="cuda", batch=BATCH, prompt_len=PROMPT, decode_steps=STEPS)
     comp = _compare(lc, get_preset("tiny"), 1)

@@ -157,7 +157,7 @@ def test_own_cpu_trace_side_thread_ops_belong_to_the_main_threads_steps():
 def test_overlapping_windows_are_split_not_added():
     """Two steps whose events overlap in time (a step's last kernel still runs when the next one starts) give a
     wall equal to the union of their spans, each instant once."""
-    from tests.diff_fixtures import SKINNY, Synth
+    from tests.profile_builder import SKINNY, Synth
 
     s = Synth()
     s.kernel("a", 0, 100_000, op=SKINNY, phase="decode", step=1, stream=1)

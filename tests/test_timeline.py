@@ -8,9 +8,9 @@ import pytest
 from mmprof.analysis.timeline import CATEGORIES, timeline
 from mmprof.errors import NoEvidence
 from mmprof.importers import import_paths
-from mmprof.profiles.model import ProfileBuilder
+from mmprof.profiles.profile import ProfileBuilder
 from tests.conftest import data_file
-from tests.diff_fixtures import BIG, SKINNY, Synth, decode_run
+from tests.profile_builder import BIG, SKINNY, Synth, decode_run
 
 
 def shares_sum_to_one(tl):

@@ -613,7 +613,7 @@ def test_deep_annotation_nesting_is_linear(tmp_path):
 def test_megabyte_names_are_cut_at_import_and_stay_distinct(tmp_path, capsys):
     """Names beyond MAX_NAME_CHARS are cut at import to head + tail around their length and hash (two names that
     differ only in the middle stay two names), with a warning; summary then does linear work."""
-    from mmprof.profiles.model import MAX_NAME_CHARS
+    from mmprof.profiles.profile import MAX_NAME_CHARS
 
     doc = kineto_seed()
     ks = [i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel"]

@@ -34,7 +34,7 @@ from mmprof.analysis.classify import load_rules  # noqa: E402
 from mmprof.analysis.coverage import coverage  # noqa: E402
 from mmprof.analysis.events import events_of  # noqa: E402
 from mmprof.importers import import_paths  # noqa: E402
-from mmprof.profiles.model import ProfileBuilder, merge_profiles  # noqa: E402
+from mmprof.profiles.profile import ProfileBuilder, merge_profiles  # noqa: E402
 from mmprof.runtime.config import get_preset  # noqa: E402
 from mmprof.runtime.generate import Workload, generate  # noqa: E402
 from mmprof.runtime.model import Switches, build_model  # noqa: E402

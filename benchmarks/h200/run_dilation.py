@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
-from mmprof.capture.runtime_run import RunOptions, run_workload  # noqa: E402
+from mmprof.capture.workflows.run import RunOptions, run_workload  # noqa: E402
 from mmprof.profiles import save_profile  # noqa: E402
 
 

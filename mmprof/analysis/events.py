@@ -15,8 +15,9 @@ Device events are
 Per event: rank, stream (thread for CPU ops), start/end/dur (ns), name/scope/phase (string ids), step, the
 launch call's start/end (-1 unknown), the CPU op carrying its shapes (`op`), family/variant/library/path/rule,
 the timeline category (`cat`), layer/role/region/label source (`mmprof.analysis.structure`) and the roofline.
-`events_of(profile)` builds it once per profile, rules set and regions, and caches it on the profile; the cache
-checks a stamp of the profile's contents, so a mutated profile (or a copy) never gets a stale frame.
+`events_of(profile)` builds it once per profile, rules set and regions, and keeps it in the profile's explicit
+cache (`Profile.derived`, a `mmprof.profiles.profile.DerivedCache`); the entry holds a stamp of the profile's
+contents, so a mutated profile (or a copy) never gets a stale frame.
 """
 
 from __future__ import annotations
@@ -373,20 +374,6 @@ def _cpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     return frame
 
 
-@dataclass
-class _Cached:
-    """One cached frame and what it was built from: the rules and regions objects (held, so that their ids cannot
-    be reused by other objects while the entry lives) and the profile's content stamp."""
-
-    rules: RuleSet
-    shape_regions: Regions | None
-    stamp: tuple
-    frame: EventFrame
-
-
-_CACHE_ATTR = "_event_frames"  # the one attribute events_of owns on a Profile: {(id(rules), id(regions)): _Cached}
-
-
 def _stamp(profile: Any) -> tuple:
     """What the frame is built from, cheaply: every table column's length, dtype and CRC-32 of its bytes (an
     in-place write such as graph-replay attribution changes it), the string count and the metadata (device peaks
@@ -398,21 +385,18 @@ def _stamp(profile: Any) -> tuple:
 
 
 def events_of(profile: Any, rules: RuleSet | None = None, shape_regions: Regions | None = None) -> EventFrame:
-    """The event frame of a profile (cached on the profile per rules set and regions; see the module docstring).
+    """The event frame of a profile (kept in `profile.derived` per rules set and regions; see the module docstring).
     A cached frame is returned only for the very profile it was built from (not a copy sharing its attributes)
     and only while that profile's tables, strings and metadata are unchanged; otherwise it is rebuilt. A profile
     with no kernels, copies or CPU ops gives an empty frame: the caller says what that means."""
     rs = rules or default_rules()
-    cache = profile.__dict__.setdefault(_CACHE_ATTR, {})
-    key = (id(rs), id(shape_regions))
     stamp = _stamp(profile)
-    hit = cache.get(key)
-    if (hit is not None and hit.rules is rs and hit.shape_regions is shape_regions and hit.frame.profile is profile
-            and hit.stamp == stamp):
-        return hit.frame
+    hit = profile.derived.get("event_frame", (rs, shape_regions), stamp)
+    if hit is not None:
+        return hit
     if profile.n("kernels") == 0 and profile.n("memcpy") == 0 and profile.n("ops") > 0:
         frame = _cpu(profile, rs, shape_regions)
     else:
         frame = _gpu(profile, rs, shape_regions)
-    cache[key] = _Cached(rs, shape_regions, stamp, frame)
+    profile.derived.put("event_frame", (rs, shape_regions), stamp, frame)
     return frame

@@ -16,7 +16,7 @@ import numpy as np
 from mmprof.analysis.intervals import busy_by_key, union_length
 from mmprof.errors import BadInput
 from mmprof.names import display_name
-from mmprof.profiles.model import Profile
+from mmprof.profiles.profile import Profile
 
 TIMED_TABLES = ("kernels", "ops", "launches", "memcpy", "collectives", "scopes")
 

@@ -1,5 +1,6 @@
 """Capture: the in-process torch.profiler session (`CaptureSession`, shared by `mmprof record` and `mmprof run`),
-the `record` wrapper that captures every process of a command, and the rocprofv3 / nsys backends.
+the `record` wrapper that captures every process of a command, the rocprofv3 / nsys backends and the rank
+launcher. The run / demo / shapes commands as library calls are in `mmprof.capture.workflows`.
 
 Importing this package does not import torch.
 """

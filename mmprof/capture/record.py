@@ -29,7 +29,7 @@ from mmprof.fileio import check_output, note_input
 from mmprof.importers import import_paths
 from mmprof.labels import MAX_RANK
 from mmprof.profiles.io import save_profile
-from mmprof.profiles.model import merge_profiles
+from mmprof.profiles.profile import merge_profiles
 
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
 BACKENDS = ("torch", "rocprofv3", "nsys")

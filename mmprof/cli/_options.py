@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from mmprof.analysis.shape_match import match_profile
-from mmprof.capture.run_options import PRESET_NAMES, RunOptions
+from mmprof.capture.workflows.run_options import PRESET_NAMES, RunOptions
 from mmprof.errors import BadInput
 from mmprof.modelspec import ModelSpec
 from mmprof.runtime import Switches, SwitchSpec

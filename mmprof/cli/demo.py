@@ -1,4 +1,5 @@
-"""`mmprof demo`: the whole story on the embedded default (tiny M3, CPU) in about a minute (mmprof.capture.demo)."""
+"""`mmprof demo`: the whole story on the embedded default (tiny M3, CPU) in about a minute
+(mmprof.capture.workflows.demo)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from mmprof.render.text.progress import progress_bar
 @json_option
 def demo(out_dir: str, batch: int, prompt_len: int, decode_steps: int, repeats: int, as_json: bool) -> None:
     """The whole story on the embedded default (tiny M3, CPU): before vs after, and what each command says."""
-    from mmprof.capture.demo import (
+    from mmprof.capture.workflows.demo import (
         run_demo,  # imports the runtime (torch): only when the demo runs
     )
 

@@ -7,7 +7,7 @@ import os
 import click
 
 from mmprof.analysis.runinfo import RunSummary
-from mmprof.capture.run_options import validate
+from mmprof.capture.workflows.run_options import validate
 from mmprof.cli._common import console, echo_json, json_option
 from mmprof.cli._options import run_options, workload_options
 from mmprof.render.text.progress import progress_bar
@@ -48,7 +48,7 @@ def run(capture, measure_dilation, repeats, tp, ep, output, as_json, **workload)
 
 def execute(opts, output: str, show_progress: bool = True):
     """Run with a progress bar on stderr (rank 0 only under torchrun) and save the Profile to `output`."""
-    from mmprof.capture.runtime_run import (
+    from mmprof.capture.workflows.run import (
         run_to_file,  # imports the runtime (torch): only when a run starts
     )
 

@@ -1,15 +1,15 @@
 """`mmprof shapes`: the tensor shapes that land on each rank after TP/EP sharding, with findings.
 
-Three sources, one result object (`mmprof.capture.shapes`): analytic (meta-device build per rank, the default),
-`--live` (real ranks of the reference runtime) and `--profile P` (GEMM-like ops recorded with shapes in per-rank
-traces). `--check` exits 1 on an error-level finding.
+Three sources, one result object (`mmprof.capture.workflows.shapes`): analytic (meta-device build per rank, the
+default), `--live` (real ranks of the reference runtime) and `--profile P` (GEMM-like ops recorded with shapes in
+per-rank traces). `--check` exits 1 on an error-level finding.
 """
 
 from __future__ import annotations
 
 import click
 
-from mmprof.capture.shapes import analytic_shapes, live_shapes, profile_shapes
+from mmprof.capture.workflows.shapes import analytic_shapes, live_shapes, profile_shapes
 from mmprof.cli._common import console, echo_json, json_option
 from mmprof.errors import BadInput
 from mmprof.render.text.shapes import render_shapes

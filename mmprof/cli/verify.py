@@ -13,7 +13,7 @@ from mmprof.analysis.checks.spec import load_spec
 from mmprof.analysis.engine_steps import describe, engine_steps
 from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.classify import load_rules
-from mmprof.capture.run_options import validate
+from mmprof.capture.workflows.run_options import validate
 from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, junit_on_error, load_any
 from mmprof.cli._options import model_options, run_options, shape_regions, workload_options
 from mmprof.analysis.shape_match import match_profile
@@ -119,7 +119,7 @@ def _run_reference(run_opts: dict, output: str | None, quiet: bool):
     import tempfile
     from pathlib import Path
 
-    from mmprof.capture.runtime_run import run_to_file  # imports the runtime (torch): only with --run
+    from mmprof.capture.workflows.run import run_to_file  # imports the runtime (torch): only with --run
 
     opts = run_options(**run_opts, capture="full", repeats=1)
     validate(opts)

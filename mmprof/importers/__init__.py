@@ -14,9 +14,9 @@ from pathlib import Path
 from mmprof.errors import BadInput, MmprofError, UnsupportedFormat
 from mmprof.fileio import head_bytes, note_input, sqlite_connect
 from mmprof.importers._runs import different_runs, rank_facts
-from mmprof.importers.graphs import attribute_replays, unmarked_replays
+from mmprof.importers.graph_replays import attribute_replays, unmarked_replays
 from mmprof.labels import MAX_RANK
-from mmprof.profiles.model import Profile, merge_profiles
+from mmprof.profiles.profile import Profile, merge_profiles
 
 # format name -> module implementing load(files, rank)
 IMPORTERS: dict[str, str] = {
@@ -172,7 +172,7 @@ def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: s
                  jobs: int | None = None, progress=None) -> Profile:
     """Import files and directories into one Profile (several files become one multi-rank profile).
 
-    Traces get their CUDA / HIP graph replays marked and attributed (`mmprof.importers.graphs`); `graph_ref` is
+    Traces get their CUDA / HIP graph replays marked and attributed (`mmprof.importers.graph_replays`); `graph_ref` is
     a profile of the same work run eagerly, used for replays nothing in the trace itself explains.
 
     check_ranks: warn when the run's world size names ranks the inputs do not hold (callers that import one

@@ -23,7 +23,7 @@ from mmprof.importers._nesting import (
     to_ns,
 )
 from mmprof.labels import phase_of, step_of, step_values
-from mmprof.profiles.model import ProfileBuilder
+from mmprof.profiles.profile import ProfileBuilder
 
 KERNEL_CATS = {"kernel", "Kernel"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "Driver", "hip_runtime", "xpu_runtime",

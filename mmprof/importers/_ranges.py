@@ -13,7 +13,7 @@ then writes the Profile tables the same way for all of them:
   collective API calls -> collectives (attributed by their own thread and time); without them, NCCL / RCCL
   kernels by name (`add_comm_kernels`)
 
-Graph replays are marked afterwards for every format (importers/graphs.py, called by `import_paths`).
+Graph replays are marked afterwards for every format (importers/graph_replays.py, called by `import_paths`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from mmprof.importers._timeline import ScopeNest, add_comm_kernels, add_scopes, attribute, extend
-from mmprof.profiles.model import ProfileBuilder
+from mmprof.profiles.profile import ProfileBuilder
 
 
 class Marker(NamedTuple):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from mmprof.profiles.model import Profile
+from mmprof.profiles.profile import Profile
 
 SAME_RUN_NS = 3600 * 10**9   # ranks of one run lie within an hour of each other on a shared clock
 _EPOCH = {"kineto", "record", "mmprof-run"}

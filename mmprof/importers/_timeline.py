@@ -17,7 +17,7 @@ from mmprof._version import __version__
 from mmprof.errors import BadInput
 from mmprof.importers._nesting import MAX_PATH_DEPTH
 from mmprof.labels import MAX_RANK, SEP, phase_of, phase_of_path, step_values
-from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
+from mmprof.profiles.profile import Profile, ProfileBuilder, merge_profiles
 from mmprof.profiles.schema import MAX_TIME_NS, TABLES
 
 RANK_ENV_KEYS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK",

@@ -29,7 +29,7 @@ from mmprof.importers import _kineto_meta as km
 from mmprof.importers._chrome import decode
 from mmprof.importers._kineto_rank import RankImporter
 from mmprof.labels import MAX_RANK, rank_from_name
-from mmprof.profiles.model import Profile, merge_profiles
+from mmprof.profiles.profile import Profile, merge_profiles
 
 # Several rank files import in worker processes only when each worker gets enough JSON to pay for starting it:
 # a pool costs 1-2.5 s on the 2-core VM (the forkserver, one interpreter + mmprof import per worker, the Profiles

@@ -22,7 +22,7 @@ from mmprof.importers._devices import describe_device
 from mmprof.importers._ranges import Call, Copy, Kernel, Marker, RangeRows, fill, first_owner, issuing
 from mmprof.importers._timeline import assign_ranks, base_meta, finish, rank_from_env
 from mmprof.labels import rank_from_name, rank_from_text
-from mmprof.profiles.model import Profile, ProfileBuilder
+from mmprof.profiles.profile import Profile, ProfileBuilder
 
 _VSUFFIX = re.compile(r"_v\d+$")
 _LAUNCH_API = re.compile(r"(Launch|Memcpy|Memset|GraphLaunch|StreamBeginCapture|StreamEndCapture)", re.IGNORECASE)

@@ -26,7 +26,7 @@ from mmprof.importers._devices import describe_device
 from mmprof.importers._ranges import Call, Copy, Kernel, Marker, RangeRows, fill, issuing
 from mmprof.importers._timeline import assign_ranks, base_meta, collective_name, drop_idle, finish, rank_from_env
 from mmprof.labels import rank_from_name
-from mmprof.profiles.model import Profile, ProfileBuilder
+from mmprof.profiles.profile import Profile, ProfileBuilder
 
 _UUID_SUFFIX = r"_[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12}"
 _LAUNCH_API = re.compile(r"^(hip|hipExt|hipModule|hipHcc|hipGraph|cuda|cu)\w*"

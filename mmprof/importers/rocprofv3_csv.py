@@ -23,7 +23,7 @@ from mmprof.importers._ranges import Call, Copy, Kernel, Marker, RangeRows, fill
 from mmprof.importers._timeline import assign_ranks, base_meta, collective_name, drop_idle, finish
 from mmprof.importers._nesting import _to_int
 from mmprof.labels import rank_from_name
-from mmprof.profiles.model import Profile, ProfileBuilder
+from mmprof.profiles.profile import Profile, ProfileBuilder
 from mmprof.profiles.schema import MAX_TIME_NS
 
 _KIND_TOKEN = re.compile(

@@ -23,7 +23,7 @@ from mmprof.importers._devices import describe_device
 from mmprof.importers._ranges import Call, Copy, Kernel, Marker, RangeRows, fill, first_owner, gpu_keys, issuing
 from mmprof.importers._timeline import assign_ranks, base_meta, collective_name, drop_idle, finish
 from mmprof.labels import rank_from_name
-from mmprof.profiles.model import Profile, ProfileBuilder
+from mmprof.profiles.profile import Profile, ProfileBuilder
 
 _LAUNCH_API = re.compile(r"(Launch|Memcpy|Memset|StreamBeginCapture|StreamEndCapture)", re.IGNORECASE)
 

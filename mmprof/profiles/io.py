@@ -14,7 +14,7 @@ import orjson
 from mmprof._version import __version__
 from mmprof.errors import BadInput, SchemaError
 from mmprof.fileio import atomic_write, check_events, max_events, read_bytes
-from mmprof.profiles.model import _NP_DTYPE, Profile, _empty_column, cap_strings
+from mmprof.profiles.profile import _NP_DTYPE, Profile, _empty_column, cap_strings
 from mmprof.profiles.schema import (
     FORMAT_NAME,
     MAX_RANK,

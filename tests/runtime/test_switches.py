@@ -12,9 +12,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-import mmprof.capture.run_options as run_options_mod
+import mmprof.capture.workflows.run_options as run_options_mod
 import mmprof.cli._options as options_mod
-from mmprof.capture.run_options import RunOptions
+from mmprof.capture.workflows.run_options import RunOptions
 from mmprof.errors import BadInput
 from mmprof.runtime import Switches
 from mmprof.runtime.config import switch

@@ -42,7 +42,7 @@ def _step_line(con, s, what: str) -> bool:
 
 
 def render_demo(res, con) -> None:
-    """Print a DemoResult (mmprof.capture.demo): the two runs, then what each command said about them."""
+    """Print a DemoResult (mmprof.capture.workflows.demo): the two runs, then what each command said about them."""
     con.rule("[bold]mmprof demo[/]: tiny MiniMax M3 on CPU, before vs after")
     cols = [Col("run", keep=10), Col("experts / shared / K", keep=8),
             Col("prefill tok/s", "right", keep=9, wrap=True), Col("decode tok/s", "right", keep=9, wrap=True),

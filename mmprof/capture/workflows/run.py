@@ -12,7 +12,7 @@ Protocol, per rank (`run_rank`):
 
 Then (`assemble`) the kept capture's trace is imported with the Kineto importer, the dispatch log of the
 same captured run becomes the `dispatch` table, and `meta.run` / `meta.capture` record the workload, the
-switches and both timings. Multi-rank runs (`--tp N`) start their ranks through `mmprof.capture.launch`;
+switches and both timings. Multi-rank runs (`--tp N`) start their ranks through `mmprof.capture.rank_launcher`;
 each rank captures its own trace and the ranks' results are merged into one Profile.
 
 Nothing here prints; progress goes to an optional callback `progress(stage, done, total)`.
@@ -35,14 +35,14 @@ from typing import Any
 import numpy as np
 
 from mmprof._version import __version__
-from mmprof.capture.launch import RankContext, join_torchrun, spawn_ranks, torchrun_world
-from mmprof.capture.run_options import Progress, RunOptions, validate
+from mmprof.capture.rank_launcher import RankContext, join_torchrun, spawn_ranks, torchrun_world
+from mmprof.capture.workflows.run_options import Progress, RunOptions, validate
 from mmprof.capture.session import CaptureSession
 from mmprof.errors import BadInput, CaptureUnavailable
 from mmprof.importers import kineto
-from mmprof.importers.graphs import attribute_replays
+from mmprof.importers.graph_replays import attribute_replays
 from mmprof.profiles.io import save_profile
-from mmprof.profiles.model import Profile, ProfileBuilder, merge_profiles
+from mmprof.profiles.profile import Profile, ProfileBuilder, merge_profiles
 from mmprof.runtime import Workload, build_model, generate, set_scopes_enabled
 
 
@@ -435,11 +435,11 @@ def run_to_file(opts: RunOptions, output: str, progress: Progress | None = None)
     return profile
 
 
-RANK_MAIN = "mmprof.capture.runtime_run:rank_main"
+RANK_MAIN = "mmprof.capture.workflows.run:rank_main"
 
 
 def rank_main(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
-    """One rank of a multi-rank `mmprof run`, started by `mmprof.capture.launch`."""
+    """One rank of a multi-rank `mmprof run`, started by `mmprof.capture.rank_launcher`."""
     opts = RunOptions(**payload)
     return run_rank(opts, ctx.work_dir, rank=ctx.rank, world=ctx.world_size, group=ctx.group, device=ctx.device,
                     progress=ctx.progress).to_dict()

@@ -8,6 +8,7 @@ columns decoded as categoricals) or through the raw arrays in `Profile.tables`.
 from __future__ import annotations
 
 import copy
+import weakref
 from typing import Any, Iterable
 
 import numpy as np
@@ -66,6 +67,49 @@ def _empty_column(kind: str, n: int = 0) -> np.ndarray:
     return np.full(n, -1, dtype=_NP_DTYPE[kind])
 
 
+def _no_owner() -> None:
+    return None
+
+
+class DerivedCache:
+    """What analyses derive from one Profile, kept on it so that it is built once: `Profile.derived`.
+
+    Its user is `mmprof.analysis.events.events_of` (the event frame, name "event_frame"). An entry is a value
+    stored under a name with the objects it was built from (`inputs`, e.g. the rules set and the regions: compared
+    by identity and held by the entry, so that they stay alive and cannot be confused with later objects) and a
+    `stamp` of the profile's contents that the caller computes. `get` returns the value only while the inputs are
+    the very same objects and the stamp is equal: a profile changed in place (graph-replay attribution writes
+    columns) gets a rebuilt value, never a stale one. The cache belongs to one Profile object: a copy of it
+    (copy.copy shares the attributes) gets a cache of its own (`Profile.derived`). Nothing here is saved, pickled
+    (parallel import sends Profiles between processes) or deep-copied: those copies start empty.
+    """
+
+    __slots__ = ("owner", "_entries")
+
+    def __init__(self, owner: "Profile | None" = None) -> None:
+        self.owner = weakref.ref(owner) if owner is not None else _no_owner
+        self._entries: dict[str, list[tuple[tuple, Any, Any]]] = {}   # name -> [(inputs, stamp, value)]
+
+    def __reduce__(self):
+        return (DerivedCache, ())
+
+    def get(self, name: str, inputs: tuple, stamp: Any) -> Any | None:
+        """The value stored under `name` for these very `inputs` and an equal `stamp`, else None."""
+        for held, st, value in self._entries.get(name, ()):
+            if len(held) == len(inputs) and all(a is b for a, b in zip(held, inputs)):
+                return value if st == stamp else None
+        return None
+
+    def put(self, name: str, inputs: tuple, stamp: Any, value: Any) -> None:
+        """Store `value` for `inputs` and `stamp`, replacing the entry of the same inputs."""
+        entries = [e for e in self._entries.get(name, ())
+                   if not (len(e[0]) == len(inputs) and all(a is b for a, b in zip(e[0], inputs)))]
+        self._entries[name] = entries + [(tuple(inputs), stamp, value)]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
 class Profile:
     """One run of N ranks. `meta` is a JSON-able dict (see schema.META_SCHEMA); `tables[t][c]` are numpy arrays."""
 
@@ -74,7 +118,15 @@ class Profile:
         self.strings = strings
         self.tables = tables
         self._categories = None
+        self._derived = DerivedCache(self)
         self._validate()
+
+    @property
+    def derived(self) -> DerivedCache:
+        """The cache of what analyses derive from this profile (`DerivedCache`); a copy gets its own."""
+        if self._derived.owner() is not self:
+            self._derived = DerivedCache(self)
+        return self._derived
 
     # -- construction -------------------------------------------------------------------------
     @classmethod

@@ -20,9 +20,9 @@ from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.diff import diff_profiles
 from mmprof.analysis.noise import measurement_warnings, speedup_noise
 from mmprof.analysis.summary import summarize
-from mmprof.capture.run_options import Progress, RunOptions
-from mmprof.capture.runtime_run import run_workload
-from mmprof.capture.shapes import analytic_shapes
+from mmprof.capture.workflows.run_options import Progress, RunOptions
+from mmprof.capture.workflows.run import run_workload
+from mmprof.capture.workflows.shapes import analytic_shapes
 from mmprof.errors import MmprofError
 from mmprof.profiles.io import save_profile
 from mmprof.runtime import Workload, build_model, measure_selection_overlap

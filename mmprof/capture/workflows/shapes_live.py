@@ -7,7 +7,7 @@ SDPA as the backend's fused op), i.e. the problems the kernels get. The current 
 runtime's `tracked_scopes()` (the names of the open scopes); phase and step from `mmprof.prefill|decode` and
 `mmprof.step.N` on that stack (read by `mmprof.labels`).
 
-Ranks are started by `mmprof.capture.launch` (gloo on CPU, NCCL on `cuda`, one GPU per rank); each returns its
+Ranks are started by `mmprof.capture.rank_launcher` (gloo on CPU, NCCL on `cuda`, one GPU per rank); each returns its
 calls as JSON. torch is imported only inside the ranks.
 """
 
@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmprof.capture.launch import RankContext, spawn_ranks
+from mmprof.capture.rank_launcher import RankContext, spawn_ranks
 from mmprof.errors import BadInput, CaptureUnavailable, MmprofError
 from mmprof.labels import is_marker, phase_of_path, step_of_path
 from mmprof.shapes_model import Call
@@ -75,11 +75,11 @@ def _recorder(rank: int, stack: list[str], out: list[dict[str, Any]]):
     return ShapeRecorder()
 
 
-RANK_MAIN = "mmprof.capture.shapes_live:rank_main"
+RANK_MAIN = "mmprof.capture.workflows.shapes_live:rank_main"
 
 
 def rank_main(payload: dict[str, Any], ctx: RankContext) -> dict[str, Any]:
-    """One rank (started by `mmprof.capture.launch`): build its shard, capture a short prefill + decode."""
+    """One rank (started by `mmprof.capture.rank_launcher`): build its shard, capture a short prefill + decode."""
     import torch  # torch only inside a rank
 
     from mmprof.runtime import Workload, build_model, generate, load_config, scopes

@@ -1,4 +1,5 @@
-"""Synthetic profiles with known answers for the timeline, launch, roofline, report and diff tests.
+"""The profile builder of the tests: synthetic profiles with known answers (timeline, launch queue, roofline,
+report, diff, events cache, steps, engine classification).
 
 `Synth` places kernels, ops, launches, copies and collectives on a timeline by hand (times in ns), so every
 category, share and verdict of a test can be computed on paper. `decode_run` builds a small M3-like decode run
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from mmprof.profiles.model import ProfileBuilder
+from mmprof.profiles.profile import ProfileBuilder
 
 BF16 = "c10::BFloat16"
 BIG = ("aten::mm", [[4096, 4096], [4096, 4096]], [BF16, BF16])

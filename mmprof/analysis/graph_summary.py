@@ -1,7 +1,7 @@
 """Graph replays in a profile: how many, how much of the device time, how well their kernels are attributed,
 and what one graph launch costs next to launching the kernels one by one.
 
-Reads the `graph` / `op_source` columns the importers fill (`mmprof.importers.graphs`).
+Reads the `graph` / `op_source` columns the importers fill (`mmprof.importers.graph_replays`).
 """
 
 from __future__ import annotations

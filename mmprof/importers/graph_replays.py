@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmprof.profiles.model import Profile
+from mmprof.profiles.profile import Profile
 
 GRAPH_LAUNCH = re.compile(r"graph\w*launch", re.IGNORECASE)          # cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch
 BEGIN_CAPTURE = re.compile(r"streambegincapture", re.IGNORECASE)    # cudaStreamBeginCapture(ToGraph), hip...

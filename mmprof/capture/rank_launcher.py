@@ -1,19 +1,20 @@
 """The one way mmprof starts N ranks on one host, or joins the ranks torchrun already started.
 
-`spawn_ranks(target, payload, world, work_dir, device)` starts `world` processes (`python -m mmprof.capture.launch`),
-one free TCP port on 127.0.0.1, gloo on CPU and NCCL (RCCL on ROCm) on GPUs, one GPU per rank. Each rank joins the
-process group and calls `target` (a "module:function" string) with the JSON `payload` and a `RankContext`; the
-function returns a JSON-able dict, which the rank writes to the shared work directory and the parent reads back,
-in rank order. A rank that fails writes its one-line error first, so the parent can say which rank failed and why
-instead of a wall of tracebacks. A subprocess per rank (rather than multiprocessing's spawn) works from any
-caller: a script without a `__main__` guard, pytest, or the `mmprof` entry point.
+`spawn_ranks(target, payload, world, work_dir, device)` starts `world` processes
+(`python -m mmprof.capture.rank_launcher`), one free TCP port on 127.0.0.1, gloo on CPU and NCCL (RCCL on ROCm) on
+GPUs, one GPU per rank. Each rank joins the process group and calls `target` (a "module:function" string) with the
+JSON `payload` and a `RankContext`; the function returns a JSON-able dict, which the rank writes to the shared work
+directory and the parent reads back, in rank order. A rank that fails writes its one-line error first, so the
+parent can say which rank failed and why instead of a wall of tracebacks. A subprocess per rank (rather than
+multiprocessing's spawn) works from any caller: a script without a `__main__` guard, pytest, or the `mmprof` entry
+point.
 
 `join_torchrun(target, payload, work_dir, device)` is for commands run under `torchrun ... -m mmprof ...`: this
 process is one rank of the job; it runs its share, writes its outcome, and after a barrier rank 0 returns every
 rank's outcome (the others return None).
 
-Users: `mmprof run --tp N` (`mmprof.capture.runtime_run:rank_main`) and `mmprof shapes --live`
-(`mmprof.capture.shapes_live:rank_main`).
+Users: `mmprof run --tp N` (`mmprof.capture.workflows.run:rank_main`) and `mmprof shapes --live`
+(`mmprof.capture.workflows.shapes_live:rank_main`).
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def spawn_ranks(target: str, payload: dict[str, Any], world: int, work_dir: str 
     for i in range(world):
         log = open(work_dir / f"rank{i}.log", "wb")
         logs.append(log)
-        procs.append(subprocess.Popen([sys.executable, "-m", "mmprof.capture.launch", str(spec_file), str(i),
+        procs.append(subprocess.Popen([sys.executable, "-m", "mmprof.capture.rank_launcher", str(spec_file), str(i),
                                        str(world), str(port), str(work_dir)], stdout=log, stderr=subprocess.STDOUT,
                                       env=env))
     t0 = time.monotonic()
@@ -214,7 +215,7 @@ def torchrun_world() -> int:
 
 
 def main(argv: list[str]) -> None:
-    """`python -m mmprof.capture.launch SPEC.json RANK WORLD PORT WORK_DIR` (started by spawn_ranks)."""
+    """`python -m mmprof.capture.rank_launcher SPEC.json RANK WORLD PORT WORK_DIR` (started by spawn_ranks)."""
     spec_file, rank, world, port, work_dir = argv
     _worker(json.loads(Path(spec_file).read_text()), int(rank), int(world), int(port), work_dir)
 

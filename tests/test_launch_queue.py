@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from mmprof.analysis.launch import launch_analysis
+from mmprof.analysis.launch_queue import launch_analysis
 from mmprof.importers import import_paths
 from tests.conftest import data_file
-from tests.diff_fixtures import SKINNY, Synth, decode_run
+from tests.profile_builder import SKINNY, Synth, decode_run
 
 
 def test_delays_short_kernels_and_launches_per_step():

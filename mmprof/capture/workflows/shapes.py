@@ -3,7 +3,7 @@
 - `analytic_shapes`: the runtime builds every rank on the meta device (`mmprof.runtime.analytic`); findings
   SH001-SH004 and SH007 (which compares with the same model at TP 1);
 - `live_shapes`: real ranks of the reference runtime record what each GEMM / attention call receives
-  (`mmprof.capture.shapes_live`), compared with the analytic shapes (SH005, SH006);
+  (`mmprof.capture.workflows.shapes_live`), compared with the analytic shapes (SH005, SH006);
 - `profile_shapes`: GEMM-like ops recorded with shapes in per-rank traces, compared with each other (SH005) and,
   given a model config and TP size, with the analytic shapes (SH006).
 
@@ -19,7 +19,7 @@ from mmprof.analysis.checks.shapes_analytic import analytic_findings
 from mmprof.analysis.checks.shapes_observed import calls_from_profile, compare_calls, cross_rank, role_of
 from mmprof.analysis.checks.shapes_traced import traced_findings
 from mmprof.analysis.shape_match import match_profile, profile_tp
-from mmprof.capture.shapes_live import capture_live
+from mmprof.capture.workflows.shapes_live import capture_live
 from mmprof.errors import BadInput, NoEvidence
 from mmprof.importers import import_paths
 from mmprof.modelspec import ModelSpec
