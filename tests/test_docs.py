@@ -63,6 +63,7 @@ def test_every_check_code_has_an_implementation():
     """Codes are registered by the functions that implement them (no code only in a docstring)."""
     import mmprof.analysis.checks.shapes_analytic  # noqa: F401
     import mmprof.analysis.checks.shapes_observed  # noqa: F401
+    import mmprof.analysis.checks.shapes_traced  # noqa: F401
     import mmprof.analysis.checks.verify  # noqa: F401
     from mmprof.analysis.checks.registry import implementations, load_info
 

@@ -287,7 +287,7 @@ def _runtime_run(**switches):
     from mmprof.profiles.profile import merge_profiles
     from mmprof.runtime.config import get_preset
     from mmprof.runtime.generate import Workload, generate
-    from mmprof.runtime.model import Switches, build_model
+    from mmprof.runtime.transformer import Switches, build_model
 
     args = get_preset("tiny")
     model = build_model(args, Switches(**switches))

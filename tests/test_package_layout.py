@@ -16,11 +16,7 @@ PKG = Path(__file__).resolve().parents[1] / "mmprof"
 RETIRED = {"launch", "graphs", "model"}
 # The runtime's modules still named so. The integrator renames them (mmprof/runtime/ is his area); remove each
 # entry with its rename, until this list is empty.
-RUNTIME_PENDING = {
-    "runtime/model.py",    # the Transformer and build_model
-    "runtime/graphs.py",   # the CUDA/HIP-graph decode runner
-    "runtime/launch.py",   # the torchrun entry point
-}
+RUNTIME_PENDING: set[str] = set()  # empty since the runtime's renames (transformer, graph_runner, torchrun)
 
 
 def _modules() -> list[str]:

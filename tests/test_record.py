@@ -204,9 +204,9 @@ def test_os_exit_from_another_thread_keeps_exit_code_and_reports_why(tmp_path):
 
 @pytest.mark.slow
 def test_torchrun_entry_point_ending_in_os_exit_is_captured(tmp_path):
-    # mmprof.runtime.launch ends with os._exit (as the H200 run of `mmprof record -- torchrun ... -m
-    # mmprof.runtime.launch` did, which then captured nothing)
-    cmd = [torchrun(), "--nproc-per-node", "1", "-m", "mmprof.runtime.launch", "--preset", "tiny",
+    # mmprof.runtime.torchrun ends with os._exit (as the H200 run of `mmprof record -- torchrun ... -m
+    # mmprof.runtime.torchrun` did, which then captured nothing)
+    cmd = [torchrun(), "--nproc-per-node", "1", "-m", "mmprof.runtime.torchrun", "--preset", "tiny",
            "--prompt-len", "16", "--decode-steps", "2"]
     proc, out = run_record(tmp_path, cmd=cmd, env={"PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr

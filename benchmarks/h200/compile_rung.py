@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     import torch
 
     from mmprof.runtime import Switches, Workload, build_model, generate, get_preset
-    from mmprof.runtime.graphs import GraphRunner
+    from mmprof.runtime.graph_runner import GraphRunner
     from mmprof.runtime.kvcache import make_cache
     from mmprof.runtime.scopes import set_scopes_enabled
 

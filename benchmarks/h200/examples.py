@@ -9,7 +9,7 @@ Writes under $OUT:
                           `mmprof run --preset m3-rank-slice` (one TP=8 rank of the real M3 dims) at decode
                           batch 64, fused vs separate shared expert
   slice/record_b1.json.gz, slice/record_b64.json.gz
-                          `mmprof record -- torchrun --nproc-per-node 1 -m mmprof.runtime.launch` of the same
+                          `mmprof record -- torchrun --nproc-per-node 1 -m mmprof.runtime.torchrun` of the same
                           slice at decode batch 1 and 64
   verify/diff outputs (JSON) for the slice pair
 """
@@ -54,7 +54,7 @@ def main() -> None:
                 "--decode-steps", "4", "--repeats", "3", *flags, "-o", f"{OUT}/slice/{tag}.json.gz"], "slice.log")
     for b in (1, 64):
         sh(m + ["record", "-o", f"{OUT}/slice/record_b{b}.json.gz", "--", PY, "-m", "torch.distributed.run", "--nproc-per-node", "1",
-                "-m", "mmprof.runtime.launch", "--preset", "m3-rank-slice", "--batch", str(b), "--prompt-len", "512",
+                "-m", "mmprof.runtime.torchrun", "--preset", "m3-rank-slice", "--batch", str(b), "--prompt-len", "512",
                 "--decode-steps", "4"], "slice.log")
     for tag in ("fused", "separate"):
         sh(m + ["verify-fastpath", f"{OUT}/slice/{tag}.json.gz", "--json"], f"verify_{tag}.log")

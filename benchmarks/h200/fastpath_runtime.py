@@ -37,7 +37,7 @@ from mmprof.importers import import_paths  # noqa: E402
 from mmprof.profiles.profile import ProfileBuilder, merge_profiles  # noqa: E402
 from mmprof.runtime.config import get_preset  # noqa: E402
 from mmprof.runtime.generate import Workload, generate  # noqa: E402
-from mmprof.runtime.model import Switches, build_model  # noqa: E402
+from mmprof.runtime.transformer import Switches, build_model  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "out"))
 OUT.mkdir(parents=True, exist_ok=True)

@@ -53,7 +53,7 @@ else
   $M diff "$O/tp2_separate_eager_b64.json.gz" "$O/tp2_fused_eager_b64.json.gz" --markdown "$O/diff_separate_fused.md" > /dev/null 2>&1
   $M diff "$O/tp2_fused_eager_b1.json.gz" "$O/tp2_fused_graphs_b1.json.gz" --markdown "$O/diff_tp2_graphs_b1.md" > /dev/null 2>&1
   step tp2_record 150 $M record -o "$O/tp2_record_b64.json.gz" --json -- torchrun --nproc-per-node 2 \
-    -m mmprof.runtime.launch --preset small --device cuda --batch 64 --prompt-len 512 --decode-steps 8
+    -m mmprof.runtime.torchrun --preset small --device cuda --batch 64 --prompt-len 512 --decode-steps 8
   step shapes_live 120 $M shapes --live --device cuda --tp 2 --model small --json
   step dilation_eager 100 $M run $SMALL --batch 1 --decode-steps 16 --fast --block-reuse 1 --measure-dilation \
     --capture light -o "$O/dil_eager.json.gz" --json

@@ -84,7 +84,7 @@ def decode(model, caches, tok, pos: int, n: int):
 def capture_graph(model, caches, tok, pos: int, start, stop, capture=None):
     """A GraphRunner for this batch's caches: one eager static step and the capture (their time in ms), as
     generate() does before decode step 1. `capture` replaces the CUDA graph capture (a CPU test passes a fake)."""
-    from mmprof.runtime.graphs import GraphRunner
+    from mmprof.runtime.graph_runner import GraphRunner
 
     runner = GraphRunner(model, caches, tok.shape[0], capture=capture)
     model.dispatch.set_step(1, "decode")
@@ -128,7 +128,7 @@ def run_preset(name: str, a, device, dtype) -> list[dict]:
         skipped = [r for r, sw in RUNGS if sw.get("graphs")]
         rungs = [(r, sw) for r, sw in RUNGS if not sw.get("graphs")]
         log(f"{name}: skipping {', '.join(skipped)}: CUDA/HIP graphs need a GPU (the static step is tested on CPU "
-            "in tests/runtime/test_graphs.py)")
+            "in tests/runtime/test_graph_runner.py)")
     with torch.no_grad():
         ov = measure_selection_overlap(model, Workload(batch=1, prompt_len=a.prompt, seed=1))
         log(f"{name}: adjacent-layer selection overlap: mean Jaccard {ov.mean_jaccard:.3f}, "

@@ -8,7 +8,7 @@ Checks (each PASS/FAIL with the numbers behind it):
   4 fork-cuda   multiprocessing *fork* workers that use CUDA while the parent never does (vLLM's default
                 start method): both workers captured with kernels (written at their os._exit), the parent
                 not poisoned (exit codes 0)
-  8 os-exit     torchrun + mmprof.runtime.launch (tiny, cuda), which ends with os._exit: rank 0 complete with
+  8 os-exit     torchrun + mmprof.runtime.torchrun (tiny, cuda), which ends with os._exit: rank 0 complete with
                 kernels, its trace written at os._exit
   5 runtime     the reference runtime (tiny preset) on cuda, one rank: kernels, layer scopes, dispatch
   6 overhead    a launch-bound loop (small kernels): step time without capture, with full, with light
@@ -133,8 +133,8 @@ def c4():
 
 
 def c8():
-    # torchrun + an entry point that ends with os._exit (mmprof.runtime.launch): the trace is written at os._exit
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "-m", "mmprof.runtime.launch",
+    # torchrun + an entry point that ends with os._exit (mmprof.runtime.torchrun): the trace is written at os._exit
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "-m", "mmprof.runtime.torchrun",
            "--preset", "tiny", "--device", "cuda", "--prompt-len", "64", "--decode-steps", "4"]
     proc, p, wall, _ = record("os_exit", [], cmd)
     ranks = [(r["rank"], r["status"]) for r in p.meta["ranks"]] if p else []

@@ -23,7 +23,7 @@ def sh(args: list[str], timeout: int = 240) -> None:
 for b in (1, 64):
     out = f"{OUT}/record_b{b}.json.gz"
     sh([PY, "-m", "mmprof", "record", "-o", out, "--", PY, "-m", "torch.distributed.run", "--nproc-per-node", "1",
-        "-m", "mmprof.runtime.launch", "--preset", "m3-rank-slice", "--batch", str(b), "--prompt-len", "512",
+        "-m", "mmprof.runtime.torchrun", "--preset", "m3-rank-slice", "--batch", str(b), "--prompt-len", "512",
         "--decode-steps", "4"])
     sh([PY, "-m", "mmprof", "summary", out, "--top", "8"])
     sh([PY, "-m", "mmprof", "verify-fastpath", out])

@@ -9,7 +9,7 @@ Public API (stable; other mmprof modules use only these names):
   `ShardRefused` (a BadInput) with vLLM's reason for shapes vLLM refuses.
 - `Switches(moe_impl='grouped'|'loop', shared_expert='fused'|'separate', block_reuse=K, attention='sparse'|'dense',
   graphs=False|True)` - the fast paths are the defaults (graphs aside: they need a GPU); `Switches.baseline()` is
-  loop/separate/K=1/sparse. graphs=True replays decode steps as a CUDA/HIP graph (graphs.py: `GraphRunner`).
+  loop/separate/K=1/sparse. graphs=True replays decode steps as a CUDA/HIP graph (graph_runner.py: `GraphRunner`).
 - `build_model(args, switches, tp=1, ep=1, rank=0, device='cpu'|'meta'|'cuda', dtype=torch.float32,
   group=None, seed=0) -> Transformer`. `device='meta'` builds shapes only (e.g. per TP rank for
   `mmprof shapes`). Without `group`, tp > 1 builds one rank's slice without collectives.
@@ -24,7 +24,7 @@ Public API (stable; other mmprof modules use only these names):
 - `analytic(args, tp, ep, batch, seq, phase, dtype) -> ShapesResult` - per-rank shapes of every rank, built on
   the meta device (`mmprof shapes --tp N`); `layer_kinds(args)`.
 - `init_distributed()` - process group from torchrun env (gloo on CPU, NCCL/RCCL on GPUs);
-  `python -m mmprof.runtime.launch` is a torchrun entry point.
+  `python -m mmprof.runtime.torchrun` is a torchrun entry point.
 
 torch is imported lazily: importing this package only loads config/tp; the rest load on first use.
 """
@@ -35,11 +35,11 @@ from .config import PRESETS, ModelArgs, Switches, SwitchSpec, from_hf_config, ge
 from .tp import ShardPlan, ShardRefused, shard_plan
 
 _LAZY = {
-    "Transformer": ".model", "build_model": ".model",
+    "Transformer": ".transformer", "build_model": ".transformer",
     "load_weights": ".weights", "Workload": ".generate", "GenerateResult": ".generate", "generate": ".generate",
     "DispatchLog": ".dispatch", "DispatchRecord": ".dispatch", "scope": ".scopes", "set_scopes_enabled": ".scopes",
     "measure_selection_overlap": ".overlap", "OverlapResult": ".indexer", "make_cache": ".kvcache",
-    "init_distributed": ".dist", "analytic": ".shapes", "layer_kinds": ".shapes", "GraphRunner": ".graphs",
+    "init_distributed": ".dist", "analytic": ".shapes", "layer_kinds": ".shapes", "GraphRunner": ".graph_runner",
 }
 
 __all__ = ["PRESETS", "ModelArgs", "Switches", "SwitchSpec", "from_hf_config", "get_preset", "load_config", "to_spec", "ShardPlan", "ShardRefused",

@@ -11,7 +11,7 @@ router's sigmoid / bias / top-k / renormalisation, the masks of the indexer and 
 one boundary by construction: the residual add joins the next RMSNorm (`add_rms_norm`), inside the
 `layers.{i}.norm` scope (or `final_norm`).
 
-Only the static decode step compiles (device-tensor position, every shape fixed: graphs.py); its CUDA/HIP graph
+Only the static decode step compiles (device-tensor position, every shape fixed: graph_runner.py); its CUDA/HIP graph
 capture is the runtime's own (Inductor's "reduce-overhead" graphs are not used), so the graph replays the
 Inductor kernels like any other. Prefill and the eager decode path run as before. The first static step compiles
 (seconds); `mmprof run` warms up before it profiles, so the trace holds no compilation.

@@ -305,7 +305,7 @@ class Switches:
                                    "(1 = every layer computes).")
     attention: str = switch("sparse", baseline="sparse", choices=("sparse", "dense"), op="attn.core",
                             help="Sparse (MSA) or dense attention in the sparse layers.")
-    # decode steps replayed as one CUDA/HIP graph per (batch, KV cache) (runtime/graphs.py); needs a GPU and the
+    # decode steps replayed as one CUDA/HIP graph per (batch, KV cache) (runtime/graph_runner.py); needs a GPU and the
     # grouped experts. Off by default: the capture costs a step's worth of setup and holds its own memory pool.
     # A replay runs no Python: it repeats the dispatch rows of its capture (no op of its own).
     graphs: bool = switch(False, baseline=False,

@@ -3,7 +3,7 @@
 Scopes: `mmprof.prefill` > `mmprof.step.0` for the prompt, `mmprof.decode` > `mmprof.step.N` for decode
 step N (1..). Timing uses CUDA events on GPUs (one sync at the end, none per step) and perf_counter on CPU.
 
-With `Switches(graphs=True)` the decode steps go through a `GraphRunner` (graphs.py): between the prefill and
+With `Switches(graphs=True)` the decode steps go through a `GraphRunner` (graph_runner.py): between the prefill and
 decode step 1, inside `mmprof.graph.capture` and in no phase, the static step runs once eagerly and is captured;
 every decode step is a replay. The capture is timed apart (`GenerateResult.graph_capture_ms`), as serving engines
 capture before serving.
@@ -19,7 +19,7 @@ import torch
 
 from mmprof.errors import BadInput
 
-from .graphs import CAPTURE_SCOPE, Capture, GraphRunner
+from .graph_runner import CAPTURE_SCOPE, Capture, GraphRunner
 from .kvcache import make_cache
 from .scopes import scope
 

@@ -2,7 +2,7 @@
 
 Preallocated to `max_seq_len` so decode writes in place (no reallocation, static shapes). Positions are
 Python ints owned by generate(), so writing never syncs with the device. The static decode step of
-runtime/graphs.py passes the position as a device tensor instead: the write is an index_copy_ at that position
+runtime/graph_runner.py passes the position as a device tensor instead: the write is an index_copy_ at that position
 and the whole capacity comes back (the readers mask positions past it), so shapes and addresses never change.
 """
 

@@ -1,6 +1,6 @@
 """Tensor and expert parallelism as a transform of the single-device model (as gpt-fast's tp.py does it).
 
-`apply(model, plan, comm)` turns the model that model.py builds for one device into rank `plan.rank`'s
+`apply(model, plan, comm)` turns the model that transformer.py builds for one device into rank `plan.rank`'s
 shard. It narrows every parameter to the rows or columns that rank holds, rewrites the head and expert
 counts on the modules, and adds the collectives as forward hooks. The ShardPlan (tp.py) gives every size
 and offset, so the weight loader, which fills the same shapes through the same plan, cannot disagree.

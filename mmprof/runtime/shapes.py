@@ -102,7 +102,7 @@ def _skip_init_mode():
 
 
 def _rank_shapes(args, kinds: dict[str, list[int]], tp: int, ep: int, rank: int, dtype: str, wl: Workload) -> RankShapes:
-    from .model import build_model  # imports torch: only when shapes are built (torch stays lazy)
+    from .transformer import build_model  # imports torch: only when shapes are built (torch stays lazy)
 
     rep = dataclasses.replace(args, n_layers=len(kinds), mlp_types=[k.split("/")[1] for k in kinds],
                               attn_types=[k.split("/")[0] for k in kinds], slice_tp=1, slice_rank=0)

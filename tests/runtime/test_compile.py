@@ -25,7 +25,7 @@ REGION = re.compile(r"^(layers\.\d+\.(attn\.(qkv|norm_rope|indexer|core|o_proj)|
 
 
 def _fake_capture(step, warmup_step):
-    """A CPU stand-in for the CUDA graph (as tests/runtime/test_graphs.py): warm up, run the step, replay = run."""
+    """A CPU stand-in for the CUDA graph (as tests/runtime/test_graph_runner.py): warm up, run the step, replay = run."""
     warmup_step()
     step()
     return step

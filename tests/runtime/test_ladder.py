@@ -50,7 +50,7 @@ def test_ladder_graph_functions_on_cpu():
     from mmprof.runtime import Switches, Workload, build_model, get_preset
     from mmprof.runtime.kvcache import make_cache
 
-    from .test_graphs import FakeGraph
+    from .test_graph_runner import FakeGraph
 
     model = build_model(get_preset("tiny"), Switches(graphs=True), seed=0)
     caches = make_cache(model, 2, 80)

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from mmprof.runtime import Switches, Workload, build_model, generate, load_weights  # noqa: E402
 from mmprof.runtime.dispatch import COLUMNS  # noqa: E402
 from mmprof.runtime.indexer import _set_overlap, select_blocks  # noqa: E402
-from mmprof.runtime.model import RunState  # noqa: E402
+from mmprof.runtime.transformer import RunState  # noqa: E402
 from tests.runtime.tolerance import assert_same_tokens_unless_near_tie, longest_reduction, reorder_tolerance  # noqa: E402
 
 WL = Workload(batch=2, prompt_len=256, decode_steps=4, seed=7)

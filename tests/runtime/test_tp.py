@@ -101,7 +101,7 @@ def test_torchrun_launch_matches_single_rank(tmp_path):
     import sys
 
     env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
-    base = [sys.executable, "-m", "mmprof.runtime.launch", "--prompt-len", "48", "--decode-steps", "3",
+    base = [sys.executable, "-m", "mmprof.runtime.torchrun", "--prompt-len", "48", "--decode-steps", "3",
             "--batch", "2", "--device", "cpu"]
     one = subprocess.run(base, capture_output=True, text=True, env=env, timeout=120)
     assert one.returncode == 0, one.stderr

@@ -40,7 +40,7 @@ def run_rank(rank: int, world: int, ep: int, init_file: str, out_dir: str, switc
                "plan": model.plan.to_dict()}
         if graphs:
             from mmprof.errors import BadInput
-            from mmprof.runtime.graphs import GraphRunner
+            from mmprof.runtime.graph_runner import GraphRunner
             from mmprof.runtime.kvcache import make_cache
 
             model.set_switches(Switches(graphs=True, **switches))

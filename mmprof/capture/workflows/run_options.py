@@ -132,7 +132,7 @@ def weight_bytes(args, opts: RunOptions) -> tuple[int, int]:
     """(bytes of one rank's weights, bytes of all ranks' weights) from a shapes-only (meta) build."""
     import torch
 
-    from mmprof.runtime.model import build_model  # imports torch
+    from mmprof.runtime.transformer import build_model  # imports torch
 
     dtype = getattr(torch, opts.dtype)
     m = build_model(args, Switches(), tp=opts.tp, ep=opts.ep, rank=0, device="meta", dtype=dtype)

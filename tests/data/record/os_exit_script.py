@@ -1,4 +1,4 @@
-"""Plain torch work that ends through os._exit (no atexit), like mmprof.runtime.launch under torchrun.
+"""Plain torch work that ends through os._exit (no atexit), like mmprof.runtime.torchrun under torchrun.
 Three `mmprof.step.N` steps of an (8,16)x(16,32) matmul, then os._exit(CODE). argv: [CODE] [--in-range]
 [--from-thread] -- with --in-range os._exit is called while a record_function range is still open; with
 --from-thread a second thread calls it (while the main thread waits in join)."""

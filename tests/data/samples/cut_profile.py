@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from mmprof.profiles.io import load_profile, save_profile  # noqa: E402
-from mmprof.profiles.model import Profile  # noqa: E402
+from mmprof.profiles.profile import Profile  # noqa: E402
 from mmprof.profiles.schema import TABLES, ref_target  # noqa: E402
 
 

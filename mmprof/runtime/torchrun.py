@@ -1,4 +1,4 @@
-"""A torchrun entry point: `torchrun --nproc-per-node N -m mmprof.runtime.launch --preset tiny --tp N`.
+"""A torchrun entry point: `torchrun --nproc-per-node N -m mmprof.runtime.torchrun --preset tiny --tp N`.
 
 Every rank builds its shard (seeded init, or --checkpoint), runs one Workload, and rank 0 prints a JSON line
 with the timings, tokens and dispatch summary. Without torchrun it runs single-rank.

@@ -1,4 +1,4 @@
-"""The graphs rung (`Switches(graphs=True)`, runtime/graphs.py) on CPU: the static-shape decode step gives the eager
+"""The graphs rung (`Switches(graphs=True)`, runtime/graph_runner.py) on CPU: the static-shape decode step gives the eager
 path's tokens, and the GraphRunner's bookkeeping (one capture per batch and cache, replays, dispatch rows per decode
 step, the `mmprof.graph.capture` range) driven by a fake capture; the refusals. The real CUDA graph is in
 test_gpu.py (marked gpu)."""
@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from mmprof.runtime import Switches, Workload, build_model, generate  # noqa: E402
 from mmprof.runtime.attention import attend_sparse_gather  # noqa: E402
-from mmprof.runtime.graphs import CAPTURE_SCOPE, GRAPHS_NEED_NCCL, GraphRunner  # noqa: E402
+from mmprof.runtime.graph_runner import CAPTURE_SCOPE, GRAPHS_NEED_NCCL, GraphRunner  # noqa: E402
 from mmprof.runtime.indexer import select_blocks  # noqa: E402
 from mmprof.runtime.kvcache import make_cache  # noqa: E402
 from tests.runtime.tolerance import assert_same_tokens_unless_near_tie, reorder_tolerance, ulp  # noqa: E402

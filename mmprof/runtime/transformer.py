@@ -146,7 +146,7 @@ class Transformer(nn.Module):
     def forward(self, tokens: torch.Tensor, pos: int | torch.Tensor, caches, last_only: bool = False,
                 capture: dict | None = None) -> torch.Tensor:
         """tokens [B, T] at positions pos..pos+T-1. `pos` is a Python int, or a [1] long device tensor for the
-        static decode step (graphs.py): then every shape and address is independent of the position (KV writes
+        static decode step (graph_runner.py): then every shape and address is independent of the position (KV writes
         by index_copy_, attention and indexer over the whole cache capacity, masked) and nothing syncs."""
         b, t = tokens.shape
         static = isinstance(pos, torch.Tensor)
