@@ -310,6 +310,7 @@ def _position(profile, table, reg, cand, roles_of, src_of, hint, order, stats, d
     grp[srt] = gid
     # anchors: placed eager rows with a layer, as (sorted position -> (layer, roles))
     placed = np.flatnonzero((reg.layer >= 0) & (graph < 0) & (reg.region != None))  # noqa: E711
+    placed = placed[np.isin(grp[placed], grp[cand])]  # only the groups (steps) holding a kernel to place
     anchors: dict[int, tuple[int, list[str]]] = {int(pos[i]): (int(reg.layer[i]), str(reg.role[i]).split("+"))
                                                  for i in placed.tolist()}
     todo = [i for i in cand.tolist() if roles_of.get(i) and start[i] >= 0]
