@@ -228,3 +228,46 @@ def test_a_name_in_two_compiled_graphs_is_not_cycled(tmp_path):
     assert silu == [None, None]
     router = [ev.region[i] for i, n in enumerate(names) if "softmax" in n]
     assert router == ["layers.1.moe.router"]  # one entry per graph, and the two agree
+
+
+def test_place_follows_the_order_of_a_pre_norm_layer():
+    # the order of a pre-norm decoder layer (transformers' / vLLM's *DecoderLayer.forward): input norm, qkv,
+    # rope, attention, o_proj, post-attention norm, router, experts / MLP; ords from inductor._ORD
+    core, moe, router = 4, 8, 7
+    assert inductor._place("norm", (3, core), (3, router)) == 3      # post-attention norm of layer 3
+    assert inductor._place("norm", (3, moe), (4, 2)) == 4            # layer 4's input norm (next anchor: its rope)
+    assert inductor._place("norm", (11, moe), None) == -2            # after the last layer's MoE: the final norm
+    assert inductor._place("norm", (3, core), (4, core)) is None     # post of 3 or input of 4: not fixed
+    assert inductor._place("moe.router", (3, core), (4, core)) == 3
+    assert inductor._place("attn.qkv", (3, moe), (5, core)) is None  # a layer skipped: no guess
+
+
+def test_no_layer_context_crosses_a_model_level_kernel():
+    # a capture run after an annotated step (the runtime's `mmprof.graph.capture`, seen on its compile rung):
+    # after the LM head a new forward starts, so layer 11's MoE is no anchor for the next norm
+    gid = np.zeros(10, np.int64)
+    apos = np.array([0], np.int64)
+    anchors = {0: (11, ["moe.routed"])}
+    none = np.zeros(0, np.int64)
+    assert inductor._neighbours(5, gid, apos, anchors, none, none)[:2] == ((11, 8), None)
+    assert inductor._neighbours(5, gid, apos, anchors, none, np.array([2], np.int64))[:2] == (None, None)
+
+
+def test_record_profile_places_only_the_model_forward_kernels():
+    # tests/data/vllm_own/rec_qwen2moe_graphs_b8: `mmprof record` from process start, so it also holds the kernels
+    # Inductor ran while compiling (inside the first forward, outside any `## Call CompiledFxGraph` range); the
+    # truth per kernel name is the same as on qwen2moe_graphs_b1 (qwen2_moe.py), and a placement must be one of it
+    p = import_paths([data_file("vllm_own", "rec_qwen2moe_graphs_b8.json.gz")])
+    ev = events_of(p)
+    names = np.array([p.string(int(c)) for c in ev.name], dtype=object)
+    by_name = np.array([s == "inductor-name" for s in ev.label_source])
+    truth = {"triton_per_fused_fused_add_rms_norm_0": {f"layers.{k}.norm" for k in range(4)},
+             "triton_per_fused_add_fused_add_rms_norm_1": {"layers.1.norm", "layers.2.norm", "layers.3.norm",
+                                                           "final_norm"},
+             "triton_per_fused__to_copy_embedding_rms_norm_0": {"embed+layers.0.norm"}}
+    got = Counter(zip(names[by_name], ev.region[by_name]))
+    assert got and all(r in truth[n] for n, r in got)
+    for n in truth:  # whole forwards: every layer's norm as often as the others
+        assert len({v for (m, r), v in got.items() if m == n and r.startswith("layers.") and r != "layers.0.norm"}) == 1
+    un = ev.inductor.unplaced
+    assert un["ran outside a compiled graph's call (compile-time benchmarking)"][0] > 0

@@ -18,7 +18,8 @@ anchors, and a kernel between two anchors takes the layer its role allows given 
 pre-norm decoder layer (input norm, qkv, rope, attention, o_proj, post-attention norm, router, experts / MLP):
 between layer k's MoE and layer k+1's attention a norm is layer k+1's input norm; after the last layer's MLP it is
 the final norm. A kernel with an anchor on one side only (before the first, after the last) waits until every
-Inductor kernel between it and that anchor is placed. A trace with no anchor at all takes its clock from the
+Inductor kernel between it and that anchor is placed; no anchor counts across a placed model-level kernel
+(embedding, final norm, LM head: the next forward starts there). A trace with no anchor at all takes its clock from the
 Inductor kernels that fuse an attention op (the k-th opens layer k). Placed kernels become anchors for the next
 pass. An activation known by name only (`silu`) is the dense MLP's only where other evidence names the layer's MLP
 dense; else it stays unplaced (a shared or a routed expert's activation looks the same).
@@ -26,7 +27,8 @@ dense; else it stays unplaced (a shared or a routed expert's activation looks th
 A kernel whose ops name two regions says so: role `embed+norm`, region `embed+layers.0.norm` (the embedding
 gather Inductor recomputes inside the first norm), `layers.3.attn.norm_rope+attn.core`. A kernel it cannot place
 (no op token with a role, a role the order does not fix, an activation in a MoE layer by name alone) stays
-unattributed and is counted in the stats with the reason (never guessed). Graph-replayed kernels are not placed
+unattributed and is counted in the stats with the reason (never guessed); so is a kernel launched outside
+every `## Call CompiledFxGraph` range where the trace has them (Inductor's compile-time benchmarking runs). Graph-replayed kernels are not placed
 here: analysis/graph_align.py gives them their eager twin's region afterwards.
 """
 
@@ -261,13 +263,33 @@ def attribute(profile: Any, table: str, reg: Any, eligible: np.ndarray | None = 
     rows = np.flatnonzero(is_ind)
     if not len(rows):
         return stats
-    dur = T["dur_ns"].astype(np.int64)
     cand = rows[np.array([reg.region[i] is None for i in rows.tolist()], dtype=bool)]
+    cand = _in_compiled_calls(profile, T, cand, stats)
     prov = (profile.meta.get("inductor_provenance") or {}).get("kernels", {})
     rank, tid, step, start = _order(profile, table)
     roles_of, src_of, layer_hint = _roles(profile, T, cand, prov, rank, step, start)
-    _position(profile, table, reg, cand, roles_of, src_of, layer_hint, (rank, tid, step, start), stats, dur)
+    _position(profile, table, reg, cand, roles_of, src_of, layer_hint, (rank, tid, step, start), stats)
     return stats
+
+
+_CALL_MARK = "## Call CompiledFxGraph"
+
+
+def _in_compiled_calls(profile: Any, T: dict, cand: np.ndarray, stats: InductorStats) -> np.ndarray:
+    """Where the trace marks compiled-graph calls (torch's `## Call CompiledFxGraph <key> ##` range around each
+    call), only the kernels inside one are the model's: the others ran while Inductor compiled (its benchmarking
+    and autotuning runs, inside the model's first forward) and are left unplaced with that reason."""
+    if not len(cand) or "scope_path" not in T:
+        return cand
+    codes = T["scope_path"][cand].astype(np.int64)
+    uniq, inv = np.unique(codes, return_inverse=True)
+    inside_u = np.array([c >= 0 and _CALL_MARK in (profile.string(int(c)) or "") for c in uniq.tolist()], dtype=bool)
+    inside = inside_u[inv.reshape(-1)]
+    if not inside.any():
+        return cand  # no markers (another profiler, older torch): nothing tells compile-time runs apart
+    for i in cand[~inside].tolist():
+        stats.why[i] = "ran outside a compiled graph's call (compile-time benchmarking)"
+    return cand[inside]
 
 
 def _roles(profile: Any, T: dict, cand: np.ndarray, prov: dict, rank, step, start):
@@ -295,7 +317,7 @@ def _roles(profile: Any, T: dict, cand: np.ndarray, prov: dict, rank, step, star
     return roles_of, src_of, hint
 
 
-def _position(profile, table, reg, cand, roles_of, src_of, hint, order, stats, dur) -> None:
+def _position(profile, table, reg, cand, roles_of, src_of, hint, order, stats) -> None:
     rank, tid, step, start = order
     n = profile.n(table)
     graph = profile.tables[table]["graph"] if "graph" in profile.tables[table] else np.full(n, -1)
@@ -313,6 +335,10 @@ def _position(profile, table, reg, cand, roles_of, src_of, hint, order, stats, d
     placed = placed[np.isin(grp[placed], grp[cand])]  # only the groups (steps) holding a kernel to place
     anchors: dict[int, tuple[int, list[str]]] = {int(pos[i]): (int(reg.layer[i]), str(reg.role[i]).split("+"))
                                                  for i in placed.tolist()}
+    # placed model-level rows (embedding, final norm, LM head) end one forward and start the next: no layer
+    # context crosses them (a capture run after an annotated step starts over)
+    model_rows = np.flatnonzero((reg.layer < 0) & (graph < 0) & np.isin(reg.role.astype(str), _MODEL))
+    bpos = np.sort(pos[model_rows[np.isin(grp[model_rows], grp[cand])]]).astype(np.int64)
     todo = [i for i in cand.tolist() if roles_of.get(i) and start[i] >= 0]
     groups_with = {int(grp[i]) for i in placed.tolist()}
     clock: dict[int, int] = {}
@@ -333,7 +359,7 @@ def _position(profile, table, reg, cand, roles_of, src_of, hint, order, stats, d
         for i in todo:
             if i in done:
                 continue
-            got = _decide(roles_of[i], hint.get(i, -1), int(pos[i]), gid, apos, anchors, layered_in, open_)
+            got = _decide(roles_of[i], hint.get(i, -1), int(pos[i]), gid, apos, anchors, layered_in, open_, bpos)
             if got is None:
                 continue
             done[i] = got
@@ -381,19 +407,19 @@ def _between(open_: np.ndarray, lo: int, hi: int) -> bool:
     return int(np.searchsorted(open_, hi, side="left")) - int(np.searchsorted(open_, lo, side="right")) > 0
 
 
-def _neighbours(p: int, gid: np.ndarray, apos: np.ndarray, anchors: dict, open_: np.ndarray):
+def _neighbours(p: int, gid: np.ndarray, apos: np.ndarray, anchors: dict, open_: np.ndarray, bpos: np.ndarray):
     """The anchors before / after sorted position p in its group as (layer, ord), None where there is none; a
     one-sided place waits while an undecided kernel lies between it and its anchor (decided in a later pass:
     a kernel after the last anchor is placed only once everything between is)."""
     k = int(np.searchsorted(apos, p))
     prev = nxt = None
     pp = np_ = -1
-    if k > 0 and gid[apos[k - 1]] == gid[p]:
+    if k > 0 and gid[apos[k - 1]] == gid[p] and not _between(bpos, int(apos[k - 1]), p):
         pp = int(apos[k - 1])
         lay, ar = anchors[pp]
         prev = (lay, _anchor_ord(ar, True))
     j = k + 1 if k < len(apos) and apos[k] == p else k
-    if j < len(apos) and gid[apos[j]] == gid[p]:
+    if j < len(apos) and gid[apos[j]] == gid[p] and not _between(bpos, p, int(apos[j])):
         np_ = int(apos[j])
         lay, ar = anchors[np_]
         nxt = (lay, _anchor_ord(ar, False))
@@ -401,12 +427,12 @@ def _neighbours(p: int, gid: np.ndarray, apos: np.ndarray, anchors: dict, open_:
     return prev, nxt, wait
 
 
-def _decide(rs, hint, p, gid, apos, anchors, layered_in, open_):
+def _decide(rs, hint, p, gid, apos, anchors, layered_in, open_, bpos):
     model = sorted(r for r in rs if r in _MODEL)
     layer_roles = [r for r in rs if r not in _MODEL]
     if not layer_roles:
         return -1, "+".join(model), "+".join(model)
-    prev, nxt, wait = _neighbours(p, gid, apos, anchors, open_)
+    prev, nxt, wait = _neighbours(p, gid, apos, anchors, open_, bpos)
     if wait and hint < 0:
         return None
     layered: dict[str, int] = {}
