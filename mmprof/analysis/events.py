@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mmprof.analysis import inductor
 from mmprof.analysis.classify import COMM_FAMILIES, DATA_MOVEMENT_FAMILIES, RuleSet, classify_names, default_rules
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
-from mmprof.analysis import inductor
 from mmprof.analysis.graph_align import align_replays
 from mmprof.analysis.structure import Regions, StructureIndex, regions
 from mmprof.labels import is_marker, parse_label
