@@ -1,6 +1,6 @@
 """Inductor's kernel provenance files -> data on the Profile (`meta["inductor_provenance"]`).
 
-What torch writes (read in torch 2.13's source; the same files since torch 2.7, format version 2.0 since 2.9):
+What torch writes (read in torch 2.13's source, the CPU venv; torch 2.11's output was not seen here):
 - `inductor_provenance_tracking_node_mappings.json` in the debug dir (`TORCH_COMPILE_DEBUG=1` and
   `INDUCTOR_PROVENANCE=1`, i.e. `torch._inductor.config.trace.provenance_tracking_level = 1`;
   torch/_inductor/debug.py:dump_inductor_provenance_info): `cppCodeToPost` maps `kernel_name:handle` (one handle
@@ -9,7 +9,8 @@ What torch writes (read in torch 2.13's source; the same files since torch 2.7, 
 - the `inductor_provenance_tracking_kernel_stack_traces` artifact (torch/_inductor/compile_fx.py, logged to the
   structured trace that tlparse reads, `TORCH_TRACE=DIR`): `kernel_name:handle` -> the model source stack traces
   of the nodes it fused (`File "model.py", line 87, in forward` / the code / `^^^^` under the call).
-- torch 2.7 / 2.8's `inductor_triton_kernel_to_post_grad_nodes.json`: `kernel_name` -> post-grad node names.
+- earlier torch's `inductor_triton_kernel_to_post_grad_nodes.json` (its tests of that time): `kernel_name` ->
+  post-grad node names, no handles.
 
 `load(paths)` accepts any of these files, a debug dir holding them, or a TORCH_TRACE log, and returns the data
 the analysis uses (analysis/inductor.py): per kernel name, per handle, the fused op names (post-grad node names
