@@ -57,7 +57,15 @@ def measure(path: Path) -> dict:
         checks.setdefault(r.code, []).append(r.status)
     f = ev.frame()
     steps = f[f.step >= 0].groupby("step").phase.first()
-    return {"trace": path.name, "kernels": int(len(ev)), "kernel_ms": round(total / 1e6, 3),
+    ind = ev.inductor
+    ind_d = None
+    if ind is not None and ind.kernels:  # Inductor kernels (analysis/inductor.py): share of kernel time, placed
+        placed = sum(ind.by_source.values())
+        ind_d = {"kernels": ind.kernels, "share": round(ind.time_ns / total, 4),
+                 "attributed": round(placed / ind.time_ns, 4),
+                 "by_source": {k: round(v / ind.time_ns, 4) for k, v in sorted(ind.by_source.items())},
+                 "unplaced": {k: v[0] for k, v in ind.unplaced.items()}}
+    return {"trace": path.name, "kernels": int(len(ev)), "kernel_ms": round(total / 1e6, 3), "inductor": ind_d,
             "attributed": round(float(dur[reg].sum() / total), 4), "by_source": by,
             "classified": round(float(dur[ev.classified].sum() / total), 4),
             "checks": {k: "/".join(v) for k, v in sorted(checks.items())}, "exit_code": res.exit_code,

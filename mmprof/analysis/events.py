@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mmprof.analysis import inductor
 from mmprof.analysis.classify import COMM_FAMILIES, DATA_MOVEMENT_FAMILIES, RuleSet, classify_names, default_rules
 from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
 from mmprof.analysis.graph_align import align_replays
@@ -110,6 +111,7 @@ class EventFrame:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     graph_align: Any = None   # mmprof.analysis.graph_align.AlignStats of the replays aligned with eager kernels
+    inductor: Any = None      # mmprof.analysis.inductor.InductorStats: the Inductor kernels placed and not
     _frame: Any = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -259,8 +261,10 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     reg_k = regions(profile, "kernels", krows, index, shape_regions)
     # graph replays with no op: regions from the eager kernels (families per kernel only when something replayed)
     kfam = fam_u[inv] if nk and (K["graph"] >= 0).any() else np.full(nk, "", dtype=object)
+    ind = inductor.attribute(profile, "kernels", reg_k, K["graph"] < 0)  # before the replays take eager regions
     replay_align = align_replays(profile, reg_k, kfam)
     _sampler_by_family(reg_k, fam_u, inv)
+    inductor.summarize(profile, "kernels", reg_k, ind)
     reg_m = regions(profile, "memcpy", np.arange(nm), index, shape_regions)
     if index.trees:  # with a module tree (with_stack): eager work launched outside every module is the engine's
         _outside_model(profile, "kernels", reg_k)
@@ -281,7 +285,8 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
         layer=np.concatenate([reg_k.layer, reg_m.layer]), role=np.concatenate([reg_k.role, reg_m.role]),
         region=np.concatenate([reg_k.region, reg_m.region]),
         label_source=np.concatenate([reg_k.source, reg_m.source]), roof=roof, profile=profile,
-        notes=list(roof.notes), warnings=list(roof.warnings), graph_align=replay_align)
+        notes=list(roof.notes) + ([ind.note()] if ind.note() else []), warnings=list(roof.warnings),
+        graph_align=replay_align, inductor=ind)
 
 
 def call_ids(op: np.ndarray, graph: np.ndarray, n_launches: int) -> np.ndarray:
@@ -331,6 +336,21 @@ def _ancestors_scan(parent: np.ndarray, flag: np.ndarray) -> tuple[np.ndarray, n
     return has, top
 
 
+def _inductor_ops(profile, keep: np.ndarray, reg: Regions) -> "inductor.InductorStats":
+    """Inductor's cpp_fused_* ops of a CPU run placed (mmprof.analysis.inductor), on the kept ops' regions."""
+    full = Regions.empty(profile.n("ops"))
+    cols = ("layer", "role", "region", "source")
+    for a in cols:
+        getattr(full, a)[keep] = getattr(reg, a)
+    elig = np.zeros(profile.n("ops"), dtype=bool)
+    elig[keep] = True
+    ind = inductor.attribute(profile, "ops", full, elig)
+    for a in cols:
+        getattr(reg, a)[:] = getattr(full, a)[keep]
+    inductor.summarize(profile, "ops", reg, ind, keep)
+    return ind
+
+
 def _cpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     O = profile.tables["ops"]
     n = profile.n("ops")
@@ -358,6 +378,7 @@ def _cpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     dur = O["dur_ns"][keep]
     roof = event_roofline(profile, keep, dur, O["rank"][keep], ~np.isin(fam, COMM_FAMILIES + DATA_MOVEMENT_FAMILIES))
     reg = regions(profile, "ops", keep, None, shape_regions)
+    ind = _inductor_ops(profile, keep, reg)
     start = O["start_ns"][keep]
     m = len(keep)
     frame = EventFrame(
@@ -367,7 +388,10 @@ def _cpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
         launch_end=np.full(m, -1, np.int64), op=keep.astype(np.int64), graph=np.full(m, -1, np.int64),
         **{c: pd.Categorical(ev_cls[c][keep]) for c in _CLASS_COLS},
         cat=_category(fam.astype(object), roof), layer=reg.layer, role=reg.role, region=reg.region,
-        label_source=reg.source, roof=roof, profile=profile, notes=list(roof.notes), warnings=list(roof.warnings))
+        label_source=reg.source, roof=roof, profile=profile, notes=list(roof.notes), warnings=list(roof.warnings),
+        inductor=ind)
+    if ind.note():
+        frame.notes.append(ind.note())
     frame.notes.append("CPU-run profile (no GPU kernels): the outermost compute ops (GEMMs, attention, norms, "
                        "elementwise, communication, ...) are the device events; the time between them (Python and "
                        "framework overhead, views, allocations) counts as host-bound idle")

@@ -27,6 +27,7 @@ from mmprof.labels import SEP, Region, module_event, parse_path, region_name, ro
 NONE = -1
 # a module with a child of one of these kinds is a MoE block whatever its class name (gpt-oss: `MLPBlock`)
 _MOE_CHILD = ("experts", "router", "fused_moe", "shared_experts")
+_NOT_MOE = ("causal_lm", "model", "decoder_layer")  # kinds that hold MoE blocks, never are one
 _MODEL_ROLES = ("embed", "lm_head", "final_norm", "sampler", "rope")
 _KEEP = ("moe.routed", "moe.shared", "attn.indexer", "lm_head", "embed", "sampler")
 
@@ -108,8 +109,10 @@ def module_trees(profile: Any) -> dict[int, ModuleTree]:
     for r, mods in by_rank.items():
         layers = sorted((m for m in mods.values() if m.kind == "decoder_layer"), key=lambda m: m.first_ns)
         layer_of = {m.name: k for k, m in enumerate(layers)}
+        # (never the model itself: with compiled decoder layers - no module events inside them - vLLM's
+        # SharedExperts is a direct child of `Qwen2MoeForCausalLM`, which is no MoE block)
         moe = {m.name for m in mods.values()
-               if m.kind == "moe_block" or (m.kind not in ("fused_moe", "experts", "shared_experts")
+               if m.kind == "moe_block" or (m.kind not in ("fused_moe", "experts", "shared_experts", *_NOT_MOE)
                                             and any(mods[c].kind in _MOE_CHILD for c in m.children if c in mods))}
         o_proj = {max(calls)[1] for (rr, _), calls in linear_calls.items() if rr == r and len(calls) > 1}
         routed = set()
