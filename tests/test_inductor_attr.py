@@ -74,7 +74,7 @@ def test_qwen2moe_compiled_norms_placed_by_name_and_position():
     # the independent count: Inductor kernels in the raw JSON
     raw = _raw_kernels(path)
     n_raw = sum(v for k, v in raw.items() if re.match(r"triton_(poi|per|red|tem)_fused", k))
-    assert ev.inductor.kernels == n_raw == 544
+    assert ev.inductor.kernels == n_raw > 0  # (544 on the full trace of commit 01f295c; the excerpt keeps 3 steps)
     for step in sorted(set(ev.step[eager & (names == "triton_per_fused__to_copy_embedding_rms_norm_0")].tolist())):
         sel = eager & (ev.step == step)
         got = Counter(zip(names[sel], ev.region[sel]))
@@ -88,15 +88,16 @@ def test_qwen2moe_compiled_norms_placed_by_name_and_position():
     assert src == {"inductor-name"}
     # replays take their eager twins' regions; nameless kernels stay unattributed, counted with the reason
     rep = ~eager & (names == "triton_per_fused_add_fused_add_rms_norm_1")
-    assert rep.sum() == 124 and set(ev.region[rep].tolist()) == {"layers.1.norm", "layers.2.norm", "layers.3.norm",
-                                                                 "final_norm"}
+    n_name = raw["triton_per_fused_add_fused_add_rms_norm_1"]
+    assert rep.sum() == n_name - int((eager & (names == "triton_per_fused_add_fused_add_rms_norm_1")).sum()) > 0
+    assert set(ev.region[rep].tolist()) == {"layers.1.norm", "layers.2.norm", "layers.3.norm", "final_norm"}
     nameless = np.isin(names, ["triton_poi_fused_1", "triton_poi_fused_2"])
     assert nameless.sum() == raw["triton_poi_fused_1"] + raw["triton_poi_fused_2"]
     assert all(r is None for r in ev.region[nameless])
     un = ev.inductor.unplaced
     assert sum(v[0] for v in un.values()) == int(nameless.sum())
     assert un["no op with a role in its name or provenance"][0] == int((nameless & eager).sum())
-    assert any("Inductor kernels: 544" in n for n in ev.notes)
+    assert any(f"Inductor kernels: {n_raw}" in n for n in ev.notes)
 
 
 def test_the_model_is_never_a_moe_block():
@@ -270,5 +271,30 @@ def test_record_profile_places_only_the_model_forward_kernels():
     for n in list(truth)[:2]:  # whole forwards: layers 1-3's norms equally often
         assert len({v for (m, r), v in got.items() if m == n and r in ("layers.1.norm", "layers.2.norm",
                                                                          "layers.3.norm")}) == 1
-    un = ev.inductor.unplaced
-    assert un["ran outside a compiled graph's call (compile-time benchmarking)"][0] > 0
+    # the excerpt (tests/data/samples/cut_profile.py keeps the two generate calls) no longer holds the kernels
+    # Inductor ran while compiling; their filter is checked on a synthetic trace below
+
+
+def test_kernels_outside_every_compiled_call_are_compile_time_runs(tmp_path):
+    """torch wraps each call of a compiled graph in a `## Call CompiledFxGraph <hash> ##` range
+    (torch/_inductor/output_code.py, CompiledFxGraph.__call__ under the profiler); Inductor's autotuning and
+    benchmarking launch the same Triton kernels outside it, at compile time. Such a kernel is never placed: counted
+    with that reason."""
+    import json
+
+    from mmprof.importers import kineto
+
+    name = "triton_per_fused_fused_add_rms_norm_0"
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "## Call CompiledFxGraph fabc ##", "pid": 1, "tid": 1,
+           "ts": 100.0, "dur": 50.0}]
+    for corr, ts in ((1, 10.0), (2, 110.0)):  # 1: outside the compiled call (compile time), 2: inside it
+        ev += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts, "dur": 1.0,
+                "args": {"correlation": corr}},
+               {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts + 5, "dur": 2.0,
+                "args": {"correlation": corr, "device": 0, "stream": 7}}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    e = events_of(kineto.load([path]))
+    assert e.inductor.kernels == 2
+    un = e.inductor.unplaced
+    assert un["ran outside a compiled graph's call (compile-time benchmarking)"][0] == 1
