@@ -10,7 +10,7 @@ Usage: python benchmarks/classify_corpus.py [--rules DIR]
 
 from __future__ import annotations
 
-import gzip
+import lzma
 import json
 import sys
 from collections import Counter
@@ -31,9 +31,9 @@ def main(argv: list[str]) -> None:
         which = str(d)
     else:
         rules, which = default_rules(), "builtin"
-    # committed gzipped (corpus.tsv.gz); the tests unpack it beside itself (tests/conftest.py), read either
+    # committed xz-compressed (corpus.tsv.xz); the tests unpack it beside itself (tests/conftest.py), read either
     text = CORPUS.read_text(encoding="utf-8") if CORPUS.exists() else \
-        gzip.decompress(CORPUS.with_name("corpus.tsv.gz").read_bytes()).decode("utf-8")
+        lzma.decompress(CORPUS.with_name("corpus.tsv.xz").read_bytes()).decode("utf-8")
     rows = [ln.split("\t") for ln in text.splitlines() if ln and not ln.startswith("#")]
     unc = wrong = cross = 0
     by_family: Counter = Counter()

@@ -33,7 +33,7 @@ VLLM = ROOT / "tests" / "data" / "samples" / "vllm"
 # the full graph-mode trace (31 replays) and record Profile (30) are in the shared samples beside the checkout (and
 # in git history at 01f295c); tests/data holds excerpts (2 and 14 replays): read the full ones when present
 SHARED = ROOT.parent / "shared" / "samples" / "vllm"
-DEFAULT = [p if p.exists() else VLLM / rel for rel in ("m3_graphs_b8.pt.trace.json.gz", "record/rec_graphs_b8.json.gz")
+DEFAULT = [p if p.exists() else VLLM / rel for rel in ("m3_graphs_b8.pt.trace.json.xz", "record/rec_graphs_b8.json.xz")
            for p in [SHARED / rel]]
 
 

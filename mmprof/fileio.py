@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gzip
+import lzma
 import os
 import re
 import stat
@@ -33,6 +34,12 @@ from pathlib import Path
 from mmprof.errors import BadInput
 
 GZIP_MAGIC = b"\x1f\x8b"
+XZ_MAGIC = b"\xfd7zXZ\x00"  # the xz container (lzma's FORMAT_XZ): .json.xz traces and profiles
+
+
+def _compressed(head: bytes) -> str | None:
+    """'gzip' / 'xz' when the first bytes are that container's magic, else None (detected by content, not name)."""
+    return "gzip" if head[:2] == GZIP_MAGIC else "xz" if head[:6] == XZ_MAGIC else None
 UTF8_BOM = b"\xef\xbb\xbf"
 
 DEFAULT_MAX_INPUT_BYTES = 16 * 2**30   # 16 GiB of (decompressed) input per file
@@ -162,10 +169,10 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     limit = max_input_bytes()
     try:
         with open(p, "rb") as f:
-            head = f.read(2)
-            if head == GZIP_MAGIC:
+            head = f.read(6)
+            if _compressed(head):
                 f.seek(0)
-                data = _gunzip(p, f, limit, st.st_size)
+                data = _gunzip(p, f, limit, st.st_size, _compressed(head))
             else:
                 if limit is not None and st.st_size > limit:
                     raise _too_big(p, limit, False)
@@ -180,9 +187,9 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     return data
 
 
-def _gunzip(p: Path, f, limit: int | None, size: int) -> bytes:
-    """Decompress within the limits, checked while streaming (never after): the byte limit, and the expansion
-    ratio against the compressed bytes read so far, so a bomb stops at GZIP_RATIO_FLOOR, not at its end."""
+def _gunzip(p: Path, f, limit: int | None, size: int, kind: str = "gzip") -> bytes:
+    """Decompress (gzip, or xz) within the limits, checked while streaming (never after): the byte limit, and the
+    expansion ratio against the compressed bytes read so far, so a bomb stops at GZIP_RATIO_FLOOR, not at its end."""
     ratio = not os.environ.get(ENV_MAX_BYTES)  # a limit the user set replaces the ratio check
     cap = limit
     if ratio:
@@ -193,10 +200,10 @@ def _gunzip(p: Path, f, limit: int | None, size: int) -> bytes:
         return ratio and n > GZIP_RATIO_FLOOR and n > GZIP_RATIO * max(1, f.tell())
 
     try:
-        with gzip.GzipFile(fileobj=f, mode="rb") as g:
+        with _decompressor(f, kind) as g:
             data = _read_capped(g, cap, stop=expands_too_much)
-    except (EOFError, OSError, zlib.error) as e:
-        raise BadInput(f"{p}: truncated or corrupt gzip ({e}); re-copy the file or re-run the capture") from None
+    except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
+        raise BadInput(f"{p}: truncated or corrupt {kind} ({e}); re-copy the file or re-run the capture") from None
     if data is None or (cap is not None and len(data) > cap):
         if data is not None and limit is not None and cap == limit:
             raise _too_big(p, limit, True)
@@ -206,6 +213,10 @@ def _gunzip(p: Path, f, limit: int | None, size: int) -> bytes:
     if not data:
         raise BadInput(f"{p}: gzip holds an empty file")
     return data
+
+
+def _decompressor(f, kind: str):
+    return gzip.GzipFile(fileobj=f, mode="rb") if kind == "gzip" else lzma.LZMAFile(f, mode="rb", format=lzma.FORMAT_XZ)
 
 
 def _read_capped(f, cap: int | None, chunk: int = 16 * 2**20, stop=None) -> bytes | None:
@@ -241,7 +252,7 @@ def gzip_size(path: str | os.PathLike) -> int | None:
     """The on-disk size of `path` when it is a gzip (by content), else None: for `check_density`."""
     try:
         with open(path, "rb") as f:
-            return os.fstat(f.fileno()).st_size if f.read(2) == GZIP_MAGIC else None
+            return os.fstat(f.fileno()).st_size if _compressed(f.read(6)) else None
     except OSError:
         return None
 
@@ -252,18 +263,19 @@ def head_bytes(path: str | os.PathLike, n: int = 4096) -> bytes:
     p = Path(path)
     _regular(p)
     note_input(p)
+    kind = None
     try:
         with open(p, "rb") as f:
-            start = f.read(2)
+            kind = _compressed(f.read(6))
             f.seek(0)
-            if start == GZIP_MAGIC:
-                with gzip.GzipFile(fileobj=f, mode="rb") as g:
+            if kind:
+                with _decompressor(f, kind) as g:
                     data = g.read(n)
             else:
                 data = f.read(n)
-    except (EOFError, OSError, zlib.error) as e:
-        if start == GZIP_MAGIC:
-            raise BadInput(f"{p}: truncated or corrupt gzip ({e}); re-copy the file or re-run the capture") from None
+    except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
+        if kind:
+            raise BadInput(f"{p}: truncated or corrupt {kind} ({e}); re-copy the file or re-run the capture") from None
         raise BadInput(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     return data.removeprefix(UTF8_BOM)
 

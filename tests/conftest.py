@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import lzma
 import os
 import shutil
 import sqlite3
@@ -16,11 +17,12 @@ DATA = Path(__file__).resolve().parent / "data"
 # absent elsewhere: a test may compare with them only where they exist, and must check something without them)
 SHARED_SAMPLES = ROOT.parent / "shared" / "samples"
 
-# Fixtures committed gzipped (the real files, byte for byte: gzip -9 of each): a SQLite database of a few hundred
-# rows weighs 1-2 MB, mostly pages of long JSON blobs and free space, and gzip takes 90% of it off; the kernel
-# corpus is a 250 KB TSV of repetitive names (20 KB gzipped). Each `X.gz` is unpacked beside itself to `X`
-# (ignored by git, .gitignore) when missing or older than its .gz, so every test and script reads the same path
-# as before. Written to a temporary name and renamed, so that parallel workers never see half a file.
+# Fixtures committed xz-compressed (the real files, byte for byte: xz -9e of each): a SQLite database of a few
+# hundred rows weighs 1-2 MB, mostly pages of long JSON blobs and free space, and xz takes 95% of it off; the kernel
+# corpus is a 250 KB TSV of repetitive names. Each `X.xz` is unpacked beside itself to `X` (ignored by git,
+# .gitignore) when missing or older than its .xz, so every test and script reads the same path as before. Written
+# to a temporary name and renamed, so that parallel workers never see half a file. (Traces and Profiles are
+# committed as .json.xz or .json.gz and read as they are: mmprof reads both.)
 PACKED = ("samples/nsys/perlmutter-cloverleaf-cuda.sqlite", "samples/nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite",
           "samples/rocprofv3/rocpd/14_results.db", "samples/rocprofv3/rocpd/28_results.db",
           "kernel_corpus/corpus.tsv")
@@ -29,11 +31,11 @@ PACKED = ("samples/nsys/perlmutter-cloverleaf-cuda.sqlite", "samples/nsys/saxpy-
 def unpack_fixtures() -> None:
     for rel in PACKED:
         dst = DATA / rel
-        src = dst.with_name(dst.name + ".gz")
+        src = dst.with_name(dst.name + ".xz")
         if not src.exists() or (dst.exists() and dst.stat().st_mtime >= src.stat().st_mtime):
             continue
         tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-        with gzip.open(src, "rb") as f, open(tmp, "wb") as g:
+        with lzma.open(src, "rb") as f, open(tmp, "wb") as g:
             shutil.copyfileobj(f, g)
         os.replace(tmp, dst)
     # rocprofv3_json/14_results.json is a conversion of the rocpd sample 14_results.db (README there), made by the
@@ -66,6 +68,18 @@ def _derive_nostack() -> None:
 
 
 _derive_nostack()
+
+
+def open_data(path: str | os.PathLike, mode: str = "rb"):
+    """A fixture opened for reading, decompressed by its content (gzip, xz or plain): the raw JSON of a trace for
+    independent counts, whichever way it is committed."""
+    with open(path, "rb") as f:
+        head = f.read(6)
+    if head[:2] == b"\x1f\x8b":
+        return gzip.open(path, mode)
+    if head == b"\xfd7zXZ\x00":
+        return lzma.open(path, mode)
+    return open(path, mode)
 
 
 def data_file(*parts: str) -> Path:

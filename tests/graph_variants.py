@@ -1,4 +1,4 @@
-"""Synthetic variants of vLLM's real graph-mode trace (tests/data/samples/vllm/m3_graphs_b8.pt.trace.json.gz), built in
+"""Synthetic variants of vLLM's real graph-mode trace (tests/data/samples/vllm/m3_graphs_b8.pt.trace.json.xz), built in
 memory from the imported Profile, for the input shapes the held-back traces have and the sample has not.
 
 The sample is vLLM 0.26's default mode: every decode step is one FULL graph replay (133 kernels; attention inside).
@@ -22,7 +22,6 @@ applies. Run `python tests/graph_variants.py` to print what each variant holds a
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import sys
@@ -31,9 +30,10 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from tests.conftest import open_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
-SAMPLE = ROOT / "data" / "samples" / "vllm" / "m3_graphs_b8.pt.trace.json.gz"
+SAMPLE = ROOT / "data" / "samples" / "vllm" / "m3_graphs_b8.pt.trace.json.xz"
 # vLLM's eager breaks: the kernels of the attention calls (names seen in the sample; vllm/models/minimax_m3/nvidia/
 # model.py MiniMaxM3SparseAttention._run_attention runs the indexer + sparse attend, the dense layers' Attention
 # the FlashAttention fwd / combine kernels)
@@ -69,7 +69,7 @@ def _raw_truth() -> tuple[tuple[tuple[str, int], ...], ...]:
     RMSNorm kernels on the main stream) per layer and MiniMaxM3Model.forward one final norm; kernels before the
     first norm are the embedding (-1), after the last the final norm (-2). A side-stream kernel takes the layer
     of the main-stream kernel running when it starts (the shared expert forks and joins inside its MoE layer)."""
-    ev = json.load(gzip.open(SAMPLE))["traceEvents"]
+    ev = json.load(open_data(SAMPLE))["traceEvents"]
     launches = sorted((e for e in ev if e.get("name") == "cudaGraphLaunch"), key=lambda e: e["ts"])
     by_corr: dict[int, list[dict]] = {}
     for e in ev:

@@ -146,7 +146,7 @@ KERNEL_SAMPLES = [
     "kineto/sampled_rank-1.json.gz", "kineto/triton_example.json.gz", "rocprofv3/rocpd/14_results.db",
     "rocprofv3/rocpd/28_results.db", "rocprofv3/csv/kernel_trace.csv", "rocprofv3/csv/kernel_trace_truncated.csv",
     "nsys/perlmutter-cloverleaf-cuda.sqlite", "nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite",
-    "vllm/m3_eager_b8.pt.trace.json.gz", "vllm/m3_graphs_b8.pt.trace.json.gz", "vllm/record/rec_graphs_b8.json.gz",
+    "vllm/m3_eager_b8.pt.trace.json.xz", "vllm/m3_graphs_b8.pt.trace.json.xz", "vllm/record/rec_graphs_b8.json.xz",
 ]
 
 
@@ -174,7 +174,7 @@ def test_every_sample_file_is_covered():
     listed = set(KERNEL_SAMPLES) | {"kineto/benchmark_result_924719_1679055439_trace.json.gz",
                                     "kineto/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"}
     found = {str(p.relative_to(SAMPLES)) for p in SAMPLES.rglob("*") if p.is_file() and p.suffix not in (".md", ".py")
-             and not p.name.endswith((".db.gz", ".sqlite.gz"))  # committed form of the unpacked SQLite (conftest)
+             and not p.name.endswith((".db.xz", ".sqlite.xz"))  # committed form of the unpacked SQLite (conftest)
              and not p.name.endswith(".summary.json")  # vllm/: the run's arguments beside each trace, not a trace
              and "legacy" not in str(p) and p.name not in ("hip_runtime_trace.csv", "marker_api_trace.csv",
                                                            "memory_copy_trace.csv", "rocpd-to-csv.csv")

@@ -17,7 +17,6 @@ the raw JSON here, not taken from mmprof.
 from __future__ import annotations
 
 import bisect
-import gzip
 import json
 
 import numpy as np
@@ -30,10 +29,10 @@ from mmprof.analysis.report import build_report
 from mmprof.analysis.timeline import CATEGORIES, timeline
 from mmprof.importers import import_paths
 from mmprof.labels import engine_step, is_marker, parse_label, phase_of, step_values
-from tests.conftest import data_file
+from tests.conftest import open_data, data_file
 
-EAGER = ("samples", "vllm", "m3_eager_b8.pt.trace.json.gz")
-GRAPHS = ("samples", "vllm", "m3_graphs_b8.pt.trace.json.gz")
+EAGER = ("samples", "vllm", "m3_eager_b8.pt.trace.json.xz")
+GRAPHS = ("samples", "vllm", "m3_graphs_b8.pt.trace.json.xz")
 BUSY = CATEGORIES[:5]
 
 
@@ -90,7 +89,7 @@ def _ns(us) -> int:
 def _raw_steps(path):
     """Independent count from the raw JSON: per CPU step annotation (in start order) its name, CPU range and the
     GPU events (kernels, copies) whose launch call (same correlation id) starts inside it; plus every GPU event."""
-    ev = json.loads(gzip.open(path).read())["traceEvents"]
+    ev = json.loads(open_data(path).read())["traceEvents"]
     ann = sorted((e for e in ev if e.get("cat") == "user_annotation" and e.get("ph") == "X"
                   and engine_step(e["name"]) is not None), key=lambda e: e["ts"])
     launch = {e["args"]["correlation"]: _ns(e["ts"]) for e in ev

@@ -1,6 +1,6 @@
 """Graph replays captured before the profile window (vLLM's default mode): regions from the eager kernels.
 
-Real data: tests/data/samples/vllm/m3_graphs_b8.pt.trace.json.gz, vLLM 0.26.0's own torch-profiler trace of a tiny
+Real data: tests/data/samples/vllm/m3_graphs_b8.pt.trace.json.xz, vLLM 0.26.0's own torch-profiler trace of a tiny
 MiniMax M3 (6 layers) in its default mode (FULL_AND_PIECEWISE, breakable cudagraph): the graphs were captured at
 engine start, before the window; every decode step is one FULL replay of 133 kernels (attention inside: in FULL mode
 `eager_break_during_capture` runs the op inside the capture, vllm/compilation/breakable_cudagraph.py); the prefill
@@ -16,7 +16,6 @@ RMSNorm kernels per layer on the main stream, then the model's final norm), see 
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 
@@ -27,7 +26,7 @@ from mmprof.analysis.events import events_of
 from mmprof.analysis.graph_align import SOURCES
 from mmprof.analysis.graph_summary import graph_summary
 from tests import graph_variants as V
-from tests.conftest import SHARED_SAMPLES, data_file
+from tests.conftest import open_data, SHARED_SAMPLES, data_file
 
 _LAYER = re.compile(r"^layers\.(\d+)\.")
 
@@ -70,12 +69,12 @@ def test_sample_is_an_excerpt_of_the_shared_file():
     spec = importlib.util.spec_from_file_location("derive", data_file("samples", "derive.py"))
     derive = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(derive)
-    doc = json.load(gzip.open(V.SAMPLE))
+    doc = json.load(open_data(V.SAMPLE))
     again, kept, total = derive.excerpt(doc, 4)
     assert (kept, total) == (4, 4) and again["traceEvents"] == doc["traceEvents"]
     full = SHARED_SAMPLES / "vllm" / "m3_graphs_b8.pt.trace.json.gz"
     if full.exists():
-        ref, kept, total = derive.excerpt(json.load(gzip.open(full)), 4)
+        ref, kept, total = derive.excerpt(json.load(open_data(full)), 4)
         assert (kept, total) == (4, 34) and ref == doc
 
 
@@ -85,7 +84,7 @@ def test_real_replays_get_regions_from_the_eager_steps_and_match_the_raw_json():
     s = graph_summary(p, ev)
     # independent count from the raw JSON: 2 cudaGraphLaunch calls (one per decode step kept; the full run's 31
     # decode steps had 31 with 4,123 kernels), their kernels by correlation, their time
-    raw = json.load(gzip.open(V.SAMPLE))["traceEvents"]
+    raw = json.load(open_data(V.SAMPLE))["traceEvents"]
     corr = {e["args"]["correlation"] for e in raw if e.get("name") == "cudaGraphLaunch"}
     kern = [e for e in raw if e.get("cat") == "kernel"]
     rep = [e for e in kern if e["args"]["correlation"] in corr]
@@ -223,7 +222,7 @@ def test_record_sample_replays_all_get_regions():
     # and grid, the alignment the rest
     from mmprof.profiles.io import load_profile
 
-    p = load_profile(data_file("samples", "vllm", "record", "rec_graphs_b8.json.gz"))
+    p = load_profile(data_file("samples", "vllm", "record", "rec_graphs_b8.json.xz"))
     from mmprof.importers.graph_replays import attribute_replays
 
     rep = attribute_replays(p)

@@ -8,7 +8,6 @@ and each eager kernel's op through its launch's External id.
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -22,12 +21,13 @@ from mmprof.cli import main
 from mmprof.importers import import_paths
 from mmprof.importers.graph_replays import attribute_replays
 from mmprof.profiles.io import from_dict, save_profile, to_dict
+from tests.conftest import open_data  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "h200_graphs"
 
 
 def raw(name: str) -> list[dict]:
-    return json.load(gzip.open(DATA / f"{name}.json.gz"))["traceEvents"]
+    return json.load(open_data(DATA / f"{name}.json.gz"))["traceEvents"]
 
 
 def raw_expectation(name: str):

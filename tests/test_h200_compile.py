@@ -1,4 +1,4 @@
-"""The runtime's compile rung on the H200 (tests/data/h200_compile/compile_b1.json.gz, `mmprof run --graphs --compile`,
+"""The runtime's compile rung on the H200 (tests/data/h200_compile/compile_b1.json.xz, `mmprof run --graphs --compile`,
 batch 1, 16 decode steps): Inductor's kernels are attributed to the regions they run in.
 
 The truth comes from the runtime's code: every compiled call runs inside the scope of its region
@@ -24,7 +24,7 @@ INDUCTOR = re.compile(r"^triton_(?:poi|red|per|tem)_fused")
 
 @pytest.fixture(scope="module")
 def profile():
-    return load_profile(data_file("h200_compile/compile_b1.json.gz"))
+    return load_profile(data_file("h200_compile/compile_b1.json.xz"))
 
 
 def test_inductor_kernels_of_the_eager_static_step_carry_their_region(profile):

@@ -3,7 +3,6 @@ prefill and the first decode step of each run, cut by tests/data/samples/derive.
 
 from __future__ import annotations
 
-import gzip
 import json
 
 import pytest
@@ -12,16 +11,16 @@ from mmprof.analysis.coverage import coverage
 from mmprof.analysis.events import events_of
 from mmprof.analysis.checks.verify import verify
 from mmprof.importers import import_paths
-from tests.conftest import data_file
+from tests.conftest import open_data, data_file
 
 # Raw Kineto traces carry kernels and scopes but not the runtime's dispatch log, so the built-in spec's
 # dispatch assertions have no evidence here (exit 2 when nothing else fails: never a pass); the kernel-based
 # assertions decide. (With the dispatch log, `mmprof run` profiles also fail FP003 for a separate expert.)
 CASES = [
-    ("runtime_fast.json.gz", set()),
-    ("runtime_separate_shared.json.gz", {"FP001"}),
-    ("runtime_loop_experts.json.gz", {"FP003", "FP004"}),
-    ("runtime_block_reuse_1.json.gz", {"FP002"}),
+    ("runtime_fast.json.xz", set()),
+    ("runtime_separate_shared.json.xz", {"FP001"}),
+    ("runtime_loop_experts.json.xz", {"FP003", "FP004"}),
+    ("runtime_block_reuse_1.json.xz", {"FP002"}),
 ]
 
 
@@ -31,7 +30,7 @@ def test_h200_runtime_kernels_classify_and_verify(name, codes):
     assert p.device_info(0)["peak_key"] == "H200"
     cov = coverage(events_of(p))
     # every GPU event of the raw JSON (kernels, copies, memsets), counted here; 1,500-3,000 kernels per file
-    raw = json.load(gzip.open(data_file("h200_runtime", name)))["traceEvents"]
+    raw = json.load(open_data(data_file("h200_runtime", name)))["traceEvents"]
     n_gpu = sum(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") for e in raw)
     assert cov.events == n_gpu > 1500 and cov.unclassified_share < 0.05, cov.unclassified[:5]
     r = verify(p)
@@ -44,7 +43,7 @@ def test_h200_runtime_kernels_classify_and_verify(name, codes):
 
 
 def test_h200_grouped_gemm_kernel_is_the_cutlass_grouped_path():
-    p = import_paths([data_file("h200_runtime", "runtime_fast.json.gz")])
+    p = import_paths([data_file("h200_runtime", "runtime_fast.json.xz")])
     from mmprof.analysis.classify import classify_profile
 
     cls = classify_profile(p)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -13,14 +12,14 @@ import pytest
 
 from mmprof.errors import BadInput
 from mmprof.importers import import_paths, kineto
-from tests.conftest import DATA, data_file
+from tests.conftest import open_data, DATA, data_file
 
 SAMPLES = sorted((DATA / "samples" / "kineto").glob("*.json.gz"))
 OWN = sorted((DATA / "kineto_own").glob("*.json.gz"))
 
 
 def raw(path: Path) -> dict:
-    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc = json.loads(open_data(path).read())
     return {"traceEvents": doc} if isinstance(doc, list) else doc
 
 
@@ -408,7 +407,7 @@ def test_c10d_rows_do_not_double_count_record_param_comms():
     that of rank-0 its first: 7; the full files had 21 and 35)."""
     for name, n in (("nccl_data.json.gz", 14), ("sampled_rank-0.json.gz", 10),
                     ("rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", 7)):
-        raw = json.load(gzip.open(sample(name)))["traceEvents"]
+        raw = json.load(open_data(sample(name)))["traceEvents"]
         assert n == sum(e.get("ph") == "X" and str(e.get("name", "")).startswith("c10d::") for e in raw)
         p = kineto.load([sample(name)])
         ops = p.df("ops")

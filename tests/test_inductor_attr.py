@@ -16,7 +16,6 @@ Truths and where they come from:
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from collections import Counter
@@ -31,9 +30,9 @@ from mmprof.cli import cli, main
 from mmprof.errors import BadInput
 from mmprof.importers import import_paths
 from mmprof.importers.inductor_provenance import attach, load, stack_calls
-from tests.conftest import data_file
+from tests.conftest import open_data, data_file
 
-QWEN = ("vllm_own", "qwen2moe_graphs_b1.pt.trace.json.gz")
+QWEN = ("vllm_own", "qwen2moe_graphs_b1.pt.trace.json.xz")
 CPU = ("inductor", "cpu_compiled.pt.trace.json.gz")
 PROV = ("inductor", "provenance")
 
@@ -60,7 +59,7 @@ def test_every_token_role_is_a_known_role():
 
 
 def _raw_kernels(path) -> Counter:
-    with gzip.open(path, "rt") as f:
+    with open_data(path, "rt") as f:
         ev = json.load(f)["traceEvents"]
     return Counter(e["name"] for e in ev if e.get("ph") == "X" and e.get("cat") == "kernel")
 
@@ -258,7 +257,7 @@ def test_record_profile_places_only_the_model_forward_kernels():
     # tests/data/vllm_own/rec_qwen2moe_graphs_b8: `mmprof record` from process start, so it also holds the kernels
     # Inductor ran while compiling (inside the first forward, outside any `## Call CompiledFxGraph` range); the
     # truth per kernel name is the same as on qwen2moe_graphs_b1 (qwen2_moe.py), and a placement must be one of it
-    p = import_paths([data_file("vllm_own", "rec_qwen2moe_graphs_b8.json.gz")])
+    p = import_paths([data_file("vllm_own", "rec_qwen2moe_graphs_b8.json.xz")])
     ev = events_of(p)
     names = np.array([p.string(int(c)) for c in ev.name], dtype=object)
     by_name = np.array([s == "inductor-name" for s in ev.label_source])

@@ -6,7 +6,6 @@ MoE block; the bandwidth tests recompute every figure from the raw Kineto JSON o
 
 from __future__ import annotations
 
-import gzip
 import json
 import statistics
 from collections import defaultdict
@@ -21,7 +20,7 @@ from mmprof.hardware import link_peak
 from mmprof.importers import import_paths
 from mmprof.profiles.io import load_profile
 from mmprof.units import fmt_ns
-from tests.conftest import ROOT, data_file
+from tests.conftest import open_data, ROOT, data_file
 from tests.test_record import run_record, script, torchrun
 
 SLEEP_S = 0.25  # well above the CPU noise of a first forward on a loaded 2-core machine (~0.1 s seen)
@@ -38,7 +37,7 @@ def _cli(args, capsys):
 
 
 def _raw(path):
-    return json.load(gzip.open(path))["traceEvents"]
+    return json.load(open_data(path))["traceEvents"]
 
 
 # -- a TP 2 run with one rank made slow on purpose ----------------------------------------------------

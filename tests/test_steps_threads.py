@@ -9,7 +9,6 @@ independent count from the raw JSON, not from mmprof.
 from __future__ import annotations
 
 import bisect
-import gzip
 import json
 from collections import Counter
 
@@ -21,7 +20,7 @@ from mmprof.analysis.events import events_of
 from mmprof.analysis.timeline import timeline
 from mmprof.cli import main
 from mmprof.importers import import_paths
-from tests.conftest import data_file
+from tests.conftest import open_data, data_file
 
 KERNEL_CATS = {"kernel", "Kernel"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "Driver", "hip_runtime"}
@@ -31,7 +30,7 @@ HTA_MULTI_THREAD = ["nccl_data.json.gz", "rank-0.Apr_03_18_51_38.1102.pt.trace.j
 
 
 def _raw(path) -> list[dict]:
-    doc = json.loads(gzip.open(path).read())
+    doc = json.loads(open_data(path).read())
     return doc["traceEvents"] if isinstance(doc, dict) else doc
 
 

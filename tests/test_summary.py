@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 
 import pytest
@@ -10,12 +9,12 @@ import pytest
 from mmprof.analysis.summary import summarize
 from mmprof.errors import BadInput
 from mmprof.importers import kineto
-from tests.conftest import data_file
+from tests.conftest import open_data, data_file
 
 
 def test_event_sync_trace_summary_matches_raw():
     path = data_file("samples", "kineto", "event_sync_trace.json.gz")
-    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc = json.loads(open_data(path).read())
     gpu = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy")]
     s = summarize(kineto.load([path]))
     r = s.ranks[0]

@@ -121,7 +121,7 @@ def test_fp003_fails_on_transformers_decode_bmm_naming_the_phase(capsys):
     Before issue 25 routed-experts-grouped passed on the prefill calls alone."""
     from tests.conftest import data_file
 
-    rc, out, _ = run_cli(["verify-fastpath", str(data_file(*HFB, "decode_bmm.json.gz")), "--model",
+    rc, out, _ = run_cli(["verify-fastpath", str(data_file(*HFB, "decode_bmm.json.xz")), "--model",
                           str(data_file(*HFB, "config.json")), "--json"], capsys)
     import json
 

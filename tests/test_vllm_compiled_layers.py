@@ -19,16 +19,16 @@ import numpy as np
 from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.events import events_of
 from mmprof.importers import import_paths
-from tests.conftest import data_file
+from tests.conftest import open_data, data_file
 
-TRACE = ("vllm_own", "qwen2moe_graphs_b1.pt.trace.json.gz")
+TRACE = ("vllm_own", "qwen2moe_graphs_b1.pt.trace.json.xz")
 CONFIG = ("vllm_own", "qwen2moe_config.json")
 
 
 def test_layers_from_the_order_of_the_attention_ops():
     path = data_file(*TRACE)
     n_layers = json.loads(data_file(*CONFIG).read_text())["num_hidden_layers"]
-    raw = json.load(gzip.open(path))["traceEvents"]
+    raw = json.load(open_data(path))["traceEvents"]
     moe_calls = [e for e in raw if e.get("name") == "vllm::moe_forward_shared"]
     assert len(moe_calls) == n_layers == 4  # the one eager forward in the window (the prefill step)
     p = import_paths([path])
@@ -67,7 +67,7 @@ def test_no_clock_when_layers_call_different_attention_ops():
 
     from mmprof.analysis.structure import StructureIndex, _order_layers
     from mmprof.labels import roles
-    p = import_paths([data_file("samples", "vllm", "m3_graphs_b8.pt.trace.json.gz")])
+    p = import_paths([data_file("samples", "vllm", "m3_graphs_b8.pt.trace.json.xz")])
     ops = p.tables["ops"]
     per_step: dict[int, Counter] = {}
     for i in range(p.n("ops")):
@@ -86,8 +86,8 @@ def test_sampler_kernels_are_the_sampler_region():
     """vLLM 0.26's v1 model runner samples with its own Triton kernels (`_gumbel_sample_kernel`, ...;
     vllm/v1/worker/gpu/sample/) outside any nn.Module, once per engine step. Their rule's family is `sampling`, so
     they are the model-level `sampler` region (label source `family`); every launch in the raw JSON is counted."""
-    path = data_file("vllm_own", "qwen2moe_eager_b8_first3.pt.trace.json.gz")
-    raw = json.load(gzip.open(path))["traceEvents"]
+    path = data_file("vllm_own", "qwen2moe_eager_b8_first3.pt.trace.json.xz")
+    raw = json.load(open_data(path))["traceEvents"]
     n_gumbel = sum(1 for e in raw if e.get("cat") == "kernel" and e.get("name") == "_gumbel_sample_kernel")
     assert n_gumbel == 3  # one per engine step in the window (the excerpt's 3: prefill, mixed, decode)
     f = events_of(import_paths([path])).frame()
@@ -112,7 +112,7 @@ def test_engine_region_is_eager_work_outside_every_module(tmp_path):
         t = K if ev.table[i] == 0 else M
         code = int(t["scope_path"][ev.row[i]])
         assert code < 0 or "nn.Module: " not in (p.string(code) or "")
-    doc = json.load(gzip.open(path))
+    doc = json.load(open_data(path))
     doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "python_function"]
     q = tmp_path / "nostack.pt.trace.json.gz"
     with gzip.open(q, "wt") as f:
@@ -134,8 +134,8 @@ def test_seed_checks_on_m3_graphs_batch_1():
     `fused_moe_kernel` (FP003 pass, FP004 no loop). Engine steps: one per `execute_context_*` annotation in the raw
     JSON (the committed excerpt keeps the first 3 of the run's 33: the prefill and 2 one-request decode steps;
     tests/data/vllm_own/README.md)."""
-    path = data_file("vllm_own", "m3_graphs_b1.pt.trace.json.gz")
-    raw = [e["name"] for e in json.load(gzip.open(path))["traceEvents"]
+    path = data_file("vllm_own", "m3_graphs_b1.pt.trace.json.xz")
+    raw = [e["name"] for e in json.load(open_data(path))["traceEvents"]
            if e.get("cat") == "user_annotation" and e.get("name", "").startswith("execute_context_")]
     p = import_paths([path])
     st, code = _statuses(p)
@@ -156,7 +156,7 @@ def test_record_profile_of_compiled_qwen2_moe():
     and every capture-time op and range their kernels refer to; the full Profile (in git history at 01f295c) gave
     the same verdicts."""
     from mmprof.profiles.io import load_profile
-    p = load_profile(data_file("vllm_own", "rec_qwen2moe_graphs_b8.json.gz"))
+    p = load_profile(data_file("vllm_own", "rec_qwen2moe_graphs_b8.json.xz"))
     names = p.col("launches", "name", decode=True)
     assert sum(n == "cudaGraphLaunch" for n in names) == 31
     st, code = _statuses(p)

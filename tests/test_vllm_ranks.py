@@ -15,22 +15,22 @@ import sys
 
 from mmprof.analysis.engine_steps import engine_steps
 from mmprof.importers import import_paths
-from tests.conftest import data_file
+from tests.conftest import open_data, data_file
 
-SRC = ("vllm_own", "qwen2moe_graphs_b1.pt.trace.json.gz")
+SRC = ("vllm_own", "qwen2moe_graphs_b1.pt.trace.json.xz")
 
 
 def _raw_steps() -> list[str]:
     """The engine-step annotations of the source trace, from the raw JSON (Worker.annotate_profile,
     vllm/v1/worker/gpu_worker.py): the committed excerpt keeps the first 3 of the run's 33, the prefill
     `execute_context_1(64)_generation_0(0)` and 2 decode steps `execute_context_0(0)_generation_1(1)`."""
-    ev = json.load(gzip.open(data_file(*SRC)))["traceEvents"]
+    ev = json.load(open_data(data_file(*SRC)))["traceEvents"]
     return [e["name"] for e in sorted(ev, key=lambda e: e.get("ts", 0))
             if e.get("cat") == "user_annotation" and e.get("name", "").startswith("execute_context_")]
 
 
 def _write_ranks(tmp_path, world: int, with_info: bool):
-    doc = json.load(gzip.open(data_file(*SRC)))
+    doc = json.load(open_data(data_file(*SRC)))
     out = []
     for r in range(world):
         d = dict(doc)

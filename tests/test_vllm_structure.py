@@ -34,9 +34,10 @@ from mmprof.cli import main
 from mmprof.importers import import_paths
 
 from .conftest import data_file
+from tests.conftest import open_data  # noqa: E402
 
 VLLM = ("samples", "vllm")
-SAMPLES = {"eager": "m3_eager_b8.pt.trace.json.gz", "graphs": "m3_graphs_b8.pt.trace.json.gz"}
+SAMPLES = {"eager": "m3_eager_b8.pt.trace.json.xz", "graphs": "m3_graphs_b8.pt.trace.json.xz"}
 # engine steps (forwards) in the eager excerpt: prefill, mixed, one decode step (the full run had 33 + 1 empty);
 # test_eager_excerpt_has_three_forwards counts them in the raw JSON
 STEPS = 3
@@ -58,7 +59,7 @@ def results(name: str) -> dict:
 def raw_module_chains(path) -> list[tuple[str, float, list[str]]]:
     """Independent of mmprof: per kernel of the raw Kineto JSON, (name, dur, nn.Module classes whose frame encloses
     the CUDA call that launched it, outermost first), by the correlation id and time nesting on the call's thread."""
-    with gzip.open(path, "rt") as f:
+    with open_data(path, "rt") as f:
         ev = json.load(f)["traceEvents"]
     calls = {e["args"]["correlation"]: e for e in ev
              if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
@@ -86,7 +87,7 @@ def raw_module_chains(path) -> list[tuple[str, float, list[str]]]:
 def test_eager_excerpt_has_three_forwards():
     """The excerpt's engine steps, counted in the raw JSON (vLLM's Worker.annotate_profile, gpu_worker.py): the
     prefill, the mixed step (7 prompts' prefill beside the first request's decode) and one decode step of 8."""
-    with gzip.open(data_file(*VLLM, SAMPLES["eager"]), "rt") as f:
+    with open_data(data_file(*VLLM, SAMPLES["eager"]), "rt") as f:
         ev = json.load(f)["traceEvents"]
     steps = sorted((e["ts"], e["name"]) for e in ev if e.get("cat") == "user_annotation"
                    and e["name"].startswith("execute_context_"))
@@ -247,7 +248,7 @@ def test_without_module_events_the_checks_say_no_evidence(tmp_path):
     """With `torch_profiler_with_stack=false` the ops remain but no module tells the shared expert's aten::mm inside
     `vllm::moe_forward_shared` from the routed experts: FP001 must not pass, the routed-experts assertions have
     nothing to judge (a layer-less op anchor names no region)."""
-    with gzip.open(data_file("vllm_qwen2_moe", "qwen2_moe_eager.pt.trace.json.gz"), "rt") as f:
+    with open_data(data_file("vllm_qwen2_moe", "qwen2_moe_eager.pt.trace.json.gz"), "rt") as f:
         doc = json.load(f)
     doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "python_function"]
     p = tmp_path / "nostack.pt.trace.json.gz"
@@ -365,7 +366,7 @@ def test_real_qwen2_moe_eager_trace():
     from mmprof.analysis.shape_match import match_profile
     from mmprof.modelspec import ModelSpec
 
-    p = import_paths([data_file("vllm_own", "qwen2moe_eager_b8_first3.pt.trace.json.gz")])
+    p = import_paths([data_file("vllm_own", "qwen2moe_eager_b8_first3.pt.trace.json.xz")])
     r = {x.id: x for x in verify(p).results}
     assert r["shared-expert-separate"].status == "fail" and "layers 0-3" in r["shared-expert-separate"].evidence[0]
     assert r["routed-experts-grouped"].status == "pass" and r["no-expert-loop-gemms"].status == "pass"

@@ -147,7 +147,7 @@ def expand(paths: list[str | os.PathLike]) -> list[Path]:
         if p.is_dir():
             found = sorted(f for f in p.rglob("*") if f.is_file() and _looks_like_trace(f))
             if not found:
-                raise BadInput(f"{p}: directory holds no profiler traces (.json, .json.gz, .db, .sqlite, .csv)")
+                raise BadInput(f"{p}: directory holds no profiler traces (.json, .json.gz, .json.xz, .db, .sqlite, .csv)")
             out.extend(found)
         elif not os.path.lexists(p) or not p.exists():
             raise BadInput(f"{p}: no such file or directory")
@@ -164,7 +164,7 @@ def _looks_like_trace(f: Path) -> bool:
     name = f.name.lower()
     if name.startswith("."):
         return False
-    return name.endswith((".json", ".json.gz", ".db", ".sqlite", ".sqlite3", ".rpd", ".csv", ".pt.trace.json"))
+    return name.endswith((".json", ".json.gz", ".json.xz", ".db", ".sqlite", ".sqlite3", ".rpd", ".csv", ".pt.trace.json"))
 
 
 def import_paths(paths: list[str | os.PathLike], rank: int | None = None, fmt: str | None = None,

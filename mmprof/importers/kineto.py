@@ -41,7 +41,8 @@ PARALLEL_MIN_BYTES = 256 << 20
 
 def json_bytes(f: Path) -> int:
     """The JSON size of a trace file: its size, or for a .gz the uncompressed size its trailer records (ISIZE,
-    modulo 4 GiB: never smaller than the file itself is taken)."""
+    modulo 4 GiB: never smaller than the file itself is taken). A .xz counts its compressed size: an under-estimate,
+    which can only choose fewer worker processes (never a pool that costs more than it saves)."""
     try:
         size = f.stat().st_size
         if f.name.endswith(".gz") and size >= 18:

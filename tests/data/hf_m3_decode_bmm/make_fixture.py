@@ -1,4 +1,4 @@
-"""Derive `decode_bmm.json.gz` from the real H200 trace examples/h200/hf_m3/hf_m3_grouped_nostack.json.gz:
+"""Derive `decode_bmm.json.xz` from the real H200 trace examples/h200/hf_m3/hf_m3_grouped_nostack.json.gz:
 transformers' MiniMax M3 with experts_implementation="grouped_mm" as `generate()` runs it on a GPU, where
 `_optimize_model_for_decode` (transformers generation/utils.py) switches grouped_mm to batched_mm for the decode
 forwards: `batched_mm_experts_forward` (transformers integrations/moe.py) gathers each token's expert weights and
@@ -67,7 +67,7 @@ def main() -> None:
             e["ts"] = round(e["ts"] - t0, 3)
     doc["baseTimeNanoseconds"] = doc.get("baseTimeNanoseconds", 0) + int(t0 * 1000)
     doc["traceEvents"] = kept
-    out = HERE / "decode_bmm.json.gz"
+    out = HERE / "decode_bmm.json.xz"
     out.write_bytes(gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), 9, mtime=0))
     print(f"{out.name}: {len(kept)} events, {len(renamed)} grouped_mm -> bmm in decode, {n_k} kernels renamed, "
           f"{out.stat().st_size:,} bytes")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build a small vLLM-style Qwen2-MoE Kineto trace from the real vLLM 0.26 MiniMax M3 eager trace's layout.
 
-    python tests/data/vllm_qwen2_moe/make_fixture.py tests/data/samples/vllm/m3_eager_b8.pt.trace.json.gz \
+    python tests/data/vllm_qwen2_moe/make_fixture.py tests/data/samples/vllm/m3_eager_b8.pt.trace.json.xz \
         tests/data/vllm_qwen2_moe/qwen2_moe_eager.pt.trace.json.gz
 
 What it does (README.md beside this file says why): from two engine steps of the M3 trace (the first prefill
