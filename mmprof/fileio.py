@@ -153,9 +153,11 @@ def _regular(p: Path) -> os.stat_result:
     return st
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
+def read_bytes(path: str | os.PathLike, watch=None) -> bytes:
     """The file's bytes, gunzipped when it is gzip (by content, not name), within the size limits. A UTF-8 BOM
-    before the content is dropped. Errors are BadInput, one line."""
+    before the content is dropped. Errors are BadInput, one line. `watch(chunk, gzipped)`, when given, sees each
+    (decompressed) chunk as it is read and may raise to stop the read: limits on the content (the Kineto
+    importer's event count) then apply before decompression finishes."""
     p = Path(path)
     st = _regular(p)
     note_input(p)
@@ -165,11 +167,13 @@ def read_bytes(path: str | os.PathLike) -> bytes:
             head = f.read(2)
             if head == GZIP_MAGIC:
                 f.seek(0)
-                data = _gunzip(p, f, limit, st.st_size)
+                data = _gunzip(p, f, limit, st.st_size, watch)
             else:
                 if limit is not None and st.st_size > limit:
                     raise _too_big(p, limit, False)
-                data = head + _read_capped(f, limit)
+                if watch is not None:
+                    watch(head, False)
+                data = head + _read_capped(f, limit, watch=None if watch is None else lambda b: watch(b, False))
                 if limit is not None and len(data) > limit:  # a file that grew while read
                     raise _too_big(p, limit, False)
     except OSError as e:
@@ -180,7 +184,7 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     return data
 
 
-def _gunzip(p: Path, f, limit: int | None, size: int) -> bytes:
+def _gunzip(p: Path, f, limit: int | None, size: int, watch=None) -> bytes:
     """Decompress within the limits, checked while streaming (never after): the byte limit, and the expansion
     ratio against the compressed bytes read so far, so a bomb stops at GZIP_RATIO_FLOOR, not at its end."""
     ratio = not os.environ.get(ENV_MAX_BYTES)  # a limit the user set replaces the ratio check
@@ -194,7 +198,8 @@ def _gunzip(p: Path, f, limit: int | None, size: int) -> bytes:
 
     try:
         with gzip.GzipFile(fileobj=f, mode="rb") as g:
-            data = _read_capped(g, cap, stop=expands_too_much)
+            data = _read_capped(g, cap, stop=expands_too_much,
+                                watch=None if watch is None else lambda b: watch(b, True))
     except (EOFError, OSError, zlib.error) as e:
         raise BadInput(f"{p}: truncated or corrupt gzip ({e}); re-copy the file or re-run the capture") from None
     if data is None or (cap is not None and len(data) > cap):
@@ -208,15 +213,18 @@ def _gunzip(p: Path, f, limit: int | None, size: int) -> bytes:
     return data
 
 
-def _read_capped(f, cap: int | None, chunk: int = 16 * 2**20, stop=None) -> bytes | None:
+def _read_capped(f, cap: int | None, chunk: int = 16 * 2**20, stop=None, watch=None) -> bytes | None:
     """Everything left in `f`, or the first cap + 1 bytes when there is more (None when `stop(bytes so far)` says
-    so): read in chunks into one growing buffer, so that a large cap is never one allocation of that size."""
+    so): read in chunks into one growing buffer, so that a large cap is never one allocation of that size.
+    `watch(chunk)` sees every chunk read."""
     buf = bytearray()
     while cap is None or len(buf) <= cap:
         want = chunk if cap is None else min(chunk, cap + 1 - len(buf))
         b = f.read(want)
         if not b:
             break
+        if watch is not None:
+            watch(b)
         buf += b
         if stop is not None and stop(len(buf)):
             return None

@@ -79,8 +79,14 @@ class Trace(msgspec.Struct, forbid_unknown_fields=False):
     roctracer_version: Any = None
 
 
-_TRACE = msgspec.json.Decoder(Trace)
+class _RawTrace(Trace, forbid_unknown_fields=False):
+    traceEvents: Union[list[msgspec.Raw], None] = None  # type: ignore[assignment]
+
+
+_TRACE = msgspec.json.Decoder(_RawTrace)
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[Event])
+CHUNK_EVENTS = 65_536  # events decoded into Structs at a time (then their repeated strings are shared)
 
 
 def decode(data: bytes, where: str, compressed: int | None = None) -> tuple[Trace, int]:
@@ -90,6 +96,11 @@ def decode(data: bytes, where: str, compressed: int | None = None) -> tuple[Trac
     (0 on the fast path). Raises BadInput for anything that is not a trace. The event limits (mmprof.fileio:
     `max_events`, and for a gzip of `compressed` bytes the events per compressed byte) are checked on a count of
     the `"ph"` keys before anything is parsed: the parsed events, not the bytes, are what takes the memory.
+
+    Memory: the document is first split into one `msgspec.Raw` per event (a view of the bytes, no copy), then
+    decoded CHUNK_EVENTS events at a time; each chunk's repeated values (ph, cat, name, pid, tid, grid and block
+    triples) become one shared object (`_Interner`), so an event costs its Struct and its numbers, not a copy of
+    every string it names (docs/limits.md; benchmarks/import_memory.py).
     """
     n = data.count(b'"ph"')
     check_events(n, where)
@@ -98,15 +109,112 @@ def decode(data: bytes, where: str, compressed: int | None = None) -> tuple[Trac
     head = data[:64].lstrip()
     try:
         if head.startswith(b"["):
-            return Trace(traceEvents=_EVENTS.decode(data)), 0
-        trace = _TRACE.decode(data)
+            trace, raws = Trace(), _RAWS.decode(data)
+        else:
+            rt = _TRACE.decode(data)
+            raws = rt.traceEvents
+            trace = Trace(**{f: getattr(rt, f) for f in Trace.__struct_fields__ if f != "traceEvents"})
     except msgspec.ValidationError:
         return _decode_lenient(data, where)
     except msgspec.DecodeError as e:
         raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
-    if trace.traceEvents is None:
+    if raws is None:
         raise BadInput(f"{where}: a JSON object without \"traceEvents\"; not a PyTorch profiler (Kineto) trace")
-    return trace, 0
+    trace.traceEvents, bad = _decode_events(raws, where)
+    return trace, bad
+
+
+def _decode_events(raws: list, where: str) -> tuple[list[Event], int]:
+    """Events of `raws` (consumed: the list is emptied chunk by chunk, so the Raw views and the Structs never
+    all exist at once), and the number dropped because they did not fit the types."""
+    out: list[Event] = []
+    bad = 0
+    intern = _Interner()
+    raws.reverse()  # chunks are taken from the end: each `del` is O(chunk), never a shift of the whole list
+    while raws:
+        chunk = raws[-CHUNK_EVENTS:]
+        del raws[-CHUNK_EVENTS:]
+        chunk.reverse()
+        try:
+            evs = _EVENTS.decode(b"[" + b",".join(chunk) + b"]")
+        except msgspec.ValidationError:
+            evs, b = _lenient_events(chunk)
+            bad += b
+        except msgspec.DecodeError as e:
+            raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
+        intern(evs)
+        out += evs
+    return out, bad
+
+
+class _Interner:
+    """Makes equal strings and grid / block triples of decoded events one object (msgspec builds a new object for
+    each occurrence): the table only grows with distinct values."""
+
+    def __init__(self) -> None:
+        self.seen: dict = {}
+
+    def __call__(self, evs: list[Event]) -> None:
+        get = self.seen.setdefault
+        for e in evs:
+            e.ph = get(e.ph, e.ph)
+            e.cat = get(e.cat, e.cat)
+            v = e.name
+            if v.__class__ is str:
+                e.name = get(v, v)
+            v = e.pid
+            if v.__class__ is str:
+                e.pid = get(v, v)
+            v = e.tid
+            if v.__class__ is str:
+                e.tid = get(v, v)
+            a = e.args
+            if a is not None:
+                v = a.grid
+                if v.__class__ is list and len(v) == 3:
+                    a.grid = self._triple(v)
+                v = a.block
+                if v.__class__ is list and len(v) == 3:
+                    a.block = self._triple(v)
+                if a.input_dims:  # a Raw is a view of the chunk's bytes: a shared copy lets the chunk go
+                    a.input_dims = self._raw(a.input_dims)
+                if a.input_type:
+                    a.input_type = self._raw(a.input_type)
+
+    def _raw(self, v: msgspec.Raw) -> msgspec.Raw:
+        b = bytes(v)
+        got = self.seen.get(b)
+        if got is None:
+            got = self.seen[b] = v.copy()
+        return got
+
+    def _triple(self, v: list):
+        try:
+            key = ("dims", v[0], v[1], v[2])
+            return self.seen.setdefault(key, v)
+        except TypeError:  # an unhashable member (a list): left as it is
+            return v
+
+
+def _lenient_events(raws: list) -> tuple[list[Event], int]:
+    """One event at a time: those that fit (after `_coerce`), and how many did not."""
+    events = []
+    bad = 0
+    for r in raws:
+        try:
+            e = msgspec.json.decode(r)
+        except msgspec.DecodeError:
+            bad += 1
+            continue
+        try:
+            events.append(msgspec.convert(e, Event))
+        except msgspec.ValidationError:
+            fixed = _coerce(e)
+            if fixed is None:
+                bad += 1
+            else:
+                events.append(fixed)
+    return events, bad
 
 
 def _decode_lenient(data: bytes, where: str) -> tuple[Trace, int]:

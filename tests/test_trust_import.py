@@ -1,0 +1,87 @@
+"""Issue 25, the Kineto importer under hostile input: event limits applied while a gzip is decompressed, chunked
+decoding that keeps the events and their shared values identical to a one-shot parse, and per-event memory.
+
+The truths: the event count of a trace is the number of `"ph"` keys (the Chrome trace format: every event has
+one); msgspec decodes JSON exactly (same values whatever the chunking); the limits (mmprof.fileio, docs/limits.md)
+name their override."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+
+import msgspec
+import pytest
+
+from mmprof.errors import BadInput
+from mmprof.importers import _chrome as ch
+from mmprof.importers import kineto
+from tests.fuzz_corpus import kineto_seed
+
+
+def test_event_counter_counts_keys_cut_at_any_chunk_boundary():
+    """Every split of the bytes into chunks, including splits inside a `"ph"` key, gives the count of the whole."""
+    data = json.dumps(kineto_seed()).encode() + b'"ph""ph"p"ph'
+    want = data.count(b'"ph"')
+    rng = random.Random(7)
+    for trial in range(300):
+        cuts = sorted(rng.sample(range(1, len(data)), rng.randint(1, 40))) if trial else list(range(1, len(data)))
+        c = kineto._EventCounter("x", None)
+        for a, b in zip([0, *cuts], [*cuts, len(data)]):
+            c(data[a:b], False)
+        assert c.n == want
+
+
+def test_too_many_events_stop_while_the_gzip_is_decompressed(tmp_path, monkeypatch):
+    """A gzip whose events exceed MMPROF_MAX_EVENTS is refused after the first decompressed chunk (16 MiB), not
+    after all of it: the limit applies before decompression finishes."""
+    ev = b'{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":%d,"dur":1}'
+    f = tmp_path / "many.json.gz"
+    with gzip.open(f, "wb", compresslevel=1) as g:
+        g.write(b'{"traceEvents":[')
+        g.write(b",".join(ev % i for i in range(400_000)))
+        g.write(b"]}")
+    total = len(gzip.decompress(f.read_bytes()))
+    assert total > 20 * 2**20
+    seen = []
+    orig = kineto._EventCounter.__call__
+
+    def spy(self, chunk, gzipped):
+        seen.append(len(chunk))
+        return orig(self, chunk, gzipped)
+
+    monkeypatch.setattr(kineto._EventCounter, "__call__", spy)
+    monkeypatch.setenv("MMPROF_MAX_EVENTS", "100000")
+    with pytest.raises(BadInput, match="exceed the limit of 100,000; raise it with MMPROF_MAX_EVENTS"):
+        kineto.load_one(f)
+    assert sum(seen) < total and len(seen) == 1
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 7, 65_536])
+def test_chunked_decode_equals_a_one_shot_parse(monkeypatch, chunk):
+    """Decoding in chunks of any size gives the events a single msgspec parse gives, field by field, and equal
+    strings and grid triples become one shared object."""
+    doc = kineto_seed()
+    raw = json.dumps(doc).encode()
+    monkeypatch.setattr(ch, "CHUNK_EVENTS", chunk)
+    got, bad = ch.decode(raw, "x")
+    want = msgspec.json.decode(raw, type=ch.Trace)
+    assert bad == 0 and got.distributedInfo == want.distributedInfo and got.deviceProperties == want.deviceProperties
+    enc = msgspec.json.encode
+    assert [enc(e) for e in got.traceEvents] == [enc(e) for e in want.traceEvents]
+    kernels = [e for e in got.traceEvents if e.cat == "kernel"]
+    assert len({id(e.cat) for e in got.traceEvents if e.cat == "kernel"}) == 1
+    assert len({id(e.args.grid) for e in kernels}) == 1  # every kernel of the seed has grid [4, 1, 1]
+
+
+def test_a_misfit_event_in_one_chunk_drops_only_that_event(monkeypatch):
+    """A chunk holding an event of the wrong types is decoded event by event: the misfit is counted, its
+    neighbours (and every other chunk) are kept."""
+    doc = kineto_seed()
+    n = len(doc["traceEvents"])
+    doc["traceEvents"].insert(5, {"ph": "X", "cat": "kernel", "ts": {"not": "a number"}})
+    doc["traceEvents"].insert(9, 17)
+    monkeypatch.setattr(ch, "CHUNK_EVENTS", 4)
+    got, bad = ch.decode(json.dumps(doc).encode(), "x")
+    assert bad == 2 and len(got.traceEvents) == n
