@@ -85,3 +85,51 @@ def test_a_misfit_event_in_one_chunk_drops_only_that_event(monkeypatch):
     monkeypatch.setattr(ch, "CHUNK_EVENTS", 4)
     got, bad = ch.decode(json.dumps(doc).encode(), "x")
     assert bad == 2 and len(got.traceEvents) == n
+
+
+def _corpus_names() -> list[str]:
+    from tests.conftest import DATA
+
+    rows = (DATA / "kernel_corpus" / "corpus.tsv").read_text().splitlines()
+    return [r.split("\t")[0] for r in rows if r and not r.startswith("#")]
+
+
+def test_real_names_classify_from_their_first_1024_characters():
+    """The reason CLASSIFY_MAX_CHARS (2048) may cut: every name of the labelled corpus (tests/data/kernel_corpus,
+    names from real traces and wheels, up to 8.6K characters) gets the same rule from its first 1,024 characters
+    (and the first 1,024 of its function name) as from the whole name."""
+    from mmprof.analysis.classify import default_rules
+    from mmprof.names import function_name
+
+    rules = default_rules().rules
+    names = _corpus_names()
+    assert len(names) > 600 and max(map(len, names)) > 4096
+
+    def rule_of(name: str, cap: int | None) -> str | None:
+        text, func = name[:cap], function_name(name)[:cap]
+        return next((r.id for r in rules if r.apply(text, func) is not None), None)
+
+    assert [rule_of(n, 1024) for n in names] == [rule_of(n, None) for n in names]
+
+
+def test_rules_never_search_more_than_the_cap(monkeypatch):
+    """A 1 MiB name that repeats a rule's prefix (`vllm::`, each occurrence a match start scanning to the end: the
+    quadratic case) reaches every rule's regex cut to CLASSIFY_MAX_CHARS, and still classifies by its start."""
+    from mmprof.analysis import classify as cl
+
+    seen: list[int] = []
+
+    class Spy:
+        def __init__(self, rx):
+            self.rx = rx
+
+        def search(self, s):
+            seen.append(len(s))
+            return self.rx.search(s)
+
+    rs = cl.RuleSet(cl.builtin_rules())
+    for r in rs.rules:
+        object.__setattr__(r, "regex", Spy(r.regex))
+    rs.classify("vllm::" * 174_763)
+    assert seen and max(seen) <= cl.CLASSIFY_MAX_CHARS
+    assert rs.classify("void vllm::rms_norm_kernel<c10::BFloat16>(int)" + "x" * 2**20).family == "norm"
