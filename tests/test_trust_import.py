@@ -133,3 +133,25 @@ def test_rules_never_search_more_than_the_cap(monkeypatch):
     rs.classify("vllm::" * 174_763)
     assert seen and max(seen) <= cl.CLASSIFY_MAX_CHARS
     assert rs.classify("void vllm::rms_norm_kernel<c10::BFloat16>(int)" + "x" * 2**20).family == "norm"
+
+
+def test_overlapping_layer_ranges_are_a_union_built_once():
+    """`layers = "0-65535"` repeated 100,000 times (800 KB of spec) is the 65,536 layers once (a union of sorted
+    ranges, not one set insertion per layer per range); overlapping and out-of-order ranges give each layer once."""
+    from mmprof.analysis.checks.spec import MAX_LAYER, _parse_layers
+
+    assert _parse_layers(",".join(["0-65535"] * 100_000), "x") == frozenset(range(MAX_LAYER + 1))
+    assert sorted(_parse_layers("8, 4-6,3-5,10-10,5", "x")) == [3, 4, 5, 6, 8, 10]
+    with pytest.raises(BadInput, match="layers are 0..65535"):
+        _parse_layers("0-65536", "x")
+    with pytest.raises(BadInput, match="bad layer range"):
+        _parse_layers("0-" + "9" * 30, "x")
+
+
+def test_report_top_must_be_a_positive_count(capsys):
+    """`report --top -5` was accepted and printed tables as if it were the default: now a usage error (exit 2)."""
+    from mmprof.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["report", "x.json", "--top", "-5"])
+    assert e.value.code == 2 and "--top" in capsys.readouterr().err
