@@ -260,6 +260,7 @@ def head_bytes(path: str | os.PathLike, n: int = 4096) -> bytes:
     p = Path(path)
     _regular(p)
     note_input(p)
+    start = b""  # an open that fails (permission denied) leaves nothing read: a plain "cannot read"
     try:
         with open(p, "rb") as f:
             start = f.read(2)
