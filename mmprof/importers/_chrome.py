@@ -63,6 +63,45 @@ class Event(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     args: Union[Args, None] = None
 
 
+# Args without the rarely present fields: one Struct slot per field (8 bytes each), so an event's args cost 112
+# bytes instead of 208. A chunk of events in which none of the rare keys occurs anywhere (checked on its bytes:
+# `_RARE_KEYS`) is decoded with these; the rare fields then read None, as they would from the full Args.
+_RARE_FIELDS = ("coll_name", "dtype", "in_nelems", "out_nelems", "group_size", "pg_name", "pg_desc", "pg_id",
+                "pg_ranks")  # and `kernel`, which nothing reads (its key is also a common value: "cat": "kernel")
+_RARE_KEYS = tuple(b'"%s"' % Args.__struct_encode_fields__[Args.__struct_fields__.index(f)].encode()
+                   for f in _RARE_FIELDS)
+
+
+class LeanArgs(msgspec.Struct, forbid_unknown_fields=False, gc=False):
+    external_id: Union[int, str, None] = msgspec.field(default=None, name="External id")
+    external_id_old: Union[int, str, None] = msgspec.field(default=None, name="external id")
+    correlation: Union[int, str, None] = None
+    device: Union[int, str, None] = None
+    stream: Union[int, str, None] = None
+    grid: Any = None
+    block: Any = None
+    bytes: Union[int, float, str, None] = None
+    size: Union[int, float, str, None] = None
+    kind: Union[int, str, None] = None
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    name: Any = None
+    labels: Any = None
+    # the rare fields: class attributes (no slot), always None
+    coll_name = dtype = in_nelems = out_nelems = group_size = pg_name = pg_desc = pg_id = pg_ranks = kernel = None
+
+
+class LeanEvent(msgspec.Struct, forbid_unknown_fields=False, gc=False):
+    ph: Union[str, None] = None
+    cat: Union[str, None] = None
+    name: Any = None
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    ts: Union[int, float, None] = None
+    dur: Union[int, float, None] = None
+    args: Union[LeanArgs, None] = None
+
+
 class Trace(msgspec.Struct, forbid_unknown_fields=False):
     traceEvents: Union[list[Event], None] = None
     schemaVersion: Any = None
@@ -86,6 +125,7 @@ class _RawTrace(Trace, forbid_unknown_fields=False):
 _TRACE = msgspec.json.Decoder(_RawTrace)
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[Event])
+_LEAN_EVENTS = msgspec.json.Decoder(list[LeanEvent])
 CHUNK_EVENTS = 65_536  # events decoded into Structs at a time (then their repeated strings are shared)
 
 
@@ -135,16 +175,25 @@ def _decode_events(raws: list, where: str) -> tuple[list[Event], int]:
         chunk = raws[-CHUNK_EVENTS:]
         del raws[-CHUNK_EVENTS:]
         chunk.reverse()
-        try:
-            evs = _EVENTS.decode(b"[" + b",".join(chunk) + b"]")
-        except msgspec.ValidationError:
-            evs, b = _lenient_events(chunk)
-            bad += b
-        except msgspec.DecodeError as e:
-            raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
-        intern(evs)
+        evs, b = _decode_chunk(chunk, where, intern)
+        bad += b
         out += evs
     return out, bad
+
+
+def _decode_chunk(chunk: list, where: str, intern) -> tuple[list, int]:
+    """One chunk's events (lean args where no collective key occurs in it) and its misfits; the chunk's joined
+    bytes are freed on return (the interner copies the Raw shape texts that pointed into them)."""
+    joined = b"[" + b",".join(chunk) + b"]"
+    dec = _EVENTS if any(k in joined for k in _RARE_KEYS) else _LEAN_EVENTS
+    try:
+        evs, bad = dec.decode(joined), 0
+    except msgspec.ValidationError:
+        evs, bad = _lenient_events(chunk)
+    except msgspec.DecodeError as e:
+        raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
+    intern(evs)
+    return evs, bad
 
 
 class _Interner:
