@@ -66,34 +66,37 @@ def _fields(e) -> tuple:
     return tuple(getattr(e, f) for f in ch.Event.__struct_fields__ if f != "args") + (args,)
 
 
+@pytest.mark.parametrize("collective", [False, True])
 @pytest.mark.parametrize("chunk", [1, 2, 7, 65_536])
-def test_chunked_decode_equals_a_one_shot_parse(monkeypatch, chunk):
+def test_chunked_decode_equals_a_one_shot_parse(monkeypatch, chunk, collective):
     """Decoding in chunks of any size gives the events a single msgspec parse into the full Event gives, field by
-    field (chunks without collective keys use the lean args, whose collective fields read None, as they are), and
-    equal strings and grid triples become one shared object."""
+    field (a trace without a "Collective name" key uses the lean args, whose collective fields read None, as they
+    are; one with it keeps them), and equal strings and grid triples become one shared object."""
     doc = kineto_seed()
-    doc["traceEvents"].insert(4, {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
-                                  "ts": 1005.0, "dur": 1.0, "args": {"Collective name": "allreduce", "dtype": "Float",
-                                                                    "In msg nelems": 4, "Process Group Ranks": [0, 1]}})
+    if collective:
+        doc["traceEvents"].insert(4, {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
+                                      "ts": 1005.0, "dur": 1.0, "args": {"Collective name": "allreduce",
+                                                                        "dtype": "Float", "In msg nelems": 4,
+                                                                        "Process Group Ranks": [0, 1]}})
     raw = json.dumps(doc).encode()
     monkeypatch.setattr(ch, "CHUNK_EVENTS", chunk)
     got, bad = ch.decode(raw, "x")
     want = msgspec.json.decode(raw, type=ch.Trace)
     assert bad == 0 and got.distributedInfo == want.distributedInfo and got.deviceProperties == want.deviceProperties
     assert [_fields(e) for e in got.traceEvents] == [_fields(e) for e in want.traceEvents]
-    assert any(e.args is not None and e.args.coll_name == "allreduce" for e in got.traceEvents)
-    if chunk == 1:  # the lean args are used where no collective key is in the chunk
-        assert any(isinstance(e.args, ch.LeanArgs) for e in got.traceEvents)
+    lean = [isinstance(e.args, ch.LeanArgs) for e in got.traceEvents if e.args is not None]
+    assert lean and all(lean) != collective and any(lean) != collective
+    assert any(e.args is not None and e.args.coll_name == "allreduce" for e in got.traceEvents) == collective
     kernels = [e for e in got.traceEvents if e.cat == "kernel"]
     assert len({id(e.cat) for e in kernels}) == 1
     assert len({id(e.args.grid) for e in kernels}) == 1  # every kernel of the seed has grid [4, 1, 1]
 
 
 def test_lean_args_lack_only_rare_fields():
-    """LeanArgs holds every field of Args except the collective metadata it detects by key (and `kernel`, which
-    nothing reads); those read None on it."""
+    """LeanArgs holds every field of Args except the collective metadata (read only where "Collective name" is set,
+    the key that selects the full args) and `kernel` (read by nothing); those read None on it."""
     lean, full = set(ch.LeanArgs.__struct_fields__), set(ch.Args.__struct_fields__)
-    assert lean < full and full - lean == set(ch._RARE_FIELDS) | {"kernel"}
+    assert lean < full and full - lean == set(ch._RARE_FIELDS)
     assert all(getattr(ch.LeanArgs(), f) is None for f in full - lean)
 
 

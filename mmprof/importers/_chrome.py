@@ -63,13 +63,15 @@ class Event(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     args: Union[Args, None] = None
 
 
-# Args without the rarely present fields: one Struct slot per field (8 bytes each), so an event's args cost 112
-# bytes instead of 208. A chunk of events in which none of the rare keys occurs anywhere (checked on its bytes:
-# `_RARE_KEYS`) is decoded with these; the rare fields then read None, as they would from the full Args.
+# Args without the collective metadata: one Struct slot per field (8 bytes each), so an event's args cost 128
+# bytes instead of 208. A trace in which the "Collective name" key occurs nowhere (checked on its bytes) is
+# decoded with these; the rare fields then read None.
+# The collective fields are read only from args whose `coll_name` is set (mmprof.importers._kineto_comm), so the
+# "Collective name" key alone decides: a chunk without it decodes the same with the lean args. `kernel` is read
+# by nothing.
 _RARE_FIELDS = ("coll_name", "dtype", "in_nelems", "out_nelems", "group_size", "pg_name", "pg_desc", "pg_id",
-                "pg_ranks")  # and `kernel`, which nothing reads (its key is also a common value: "cat": "kernel")
-_RARE_KEYS = tuple(b'"%s"' % Args.__struct_encode_fields__[Args.__struct_fields__.index(f)].encode()
-                   for f in _RARE_FIELDS)
+                "pg_ranks", "kernel")
+_RARE_KEY = b'"Collective name"'
 
 
 class LeanArgs(msgspec.Struct, forbid_unknown_fields=False, gc=False):
@@ -125,7 +127,8 @@ class _RawTrace(Trace, forbid_unknown_fields=False):
 _TRACE = msgspec.json.Decoder(_RawTrace)
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[Event])
-_LEAN_EVENTS = msgspec.json.Decoder(list[LeanEvent])
+_EVENT = msgspec.json.Decoder(Event)
+_LEAN_EVENT = msgspec.json.Decoder(LeanEvent)
 CHUNK_EVENTS = 65_536  # events decoded into Structs at a time (then their repeated strings are shared)
 
 
@@ -138,7 +141,8 @@ def decode(data: bytes, where: str, compressed: int | None = None) -> tuple[Trac
     the `"ph"` keys before anything is parsed: the parsed events, not the bytes, are what takes the memory.
 
     Memory: the document is first split into one `msgspec.Raw` per event (a view of the bytes, no copy), then
-    decoded CHUNK_EVENTS events at a time; each chunk's repeated values (ph, cat, name, pid, tid, grid and block
+    decoded CHUNK_EVENTS events at a time (into LeanEvent when no event names a collective); each chunk's repeated
+    values (ph, cat, name, pid, tid, grid and block
     triples) become one shared object (`_Interner`), so an event costs its Struct and its numbers, not a copy of
     every string it names (docs/limits.md; benchmarks/import_memory.py).
     """
@@ -160,13 +164,15 @@ def decode(data: bytes, where: str, compressed: int | None = None) -> tuple[Trac
         raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
     if raws is None:
         raise BadInput(f"{where}: a JSON object without \"traceEvents\"; not a PyTorch profiler (Kineto) trace")
-    trace.traceEvents, bad = _decode_events(raws, where)
+    trace.traceEvents, bad = _decode_events(raws, where, lean=_RARE_KEY not in data)
     return trace, bad
 
 
-def _decode_events(raws: list, where: str) -> tuple[list[Event], int]:
+def _decode_events(raws: list, where: str, lean: bool) -> tuple[list[Event], int]:
     """Events of `raws` (consumed: the list is emptied chunk by chunk, so the Raw views and the Structs never
-    all exist at once), and the number dropped because they did not fit the types."""
+    all exist at once), and the number dropped because they did not fit the types. `lean`: no event holds a
+    collective key, so the lean args decode the same."""
+    dec = (_LEAN_EVENT if lean else _EVENT).decode
     out: list[Event] = []
     bad = 0
     intern = _Interner()
@@ -175,25 +181,16 @@ def _decode_events(raws: list, where: str) -> tuple[list[Event], int]:
         chunk = raws[-CHUNK_EVENTS:]
         del raws[-CHUNK_EVENTS:]
         chunk.reverse()
-        evs, b = _decode_chunk(chunk, where, intern)
-        bad += b
+        try:
+            evs = [dec(r) for r in chunk]  # one call per event: no joined copy of the chunk
+        except msgspec.ValidationError:
+            evs, b = _lenient_events(chunk)
+            bad += b
+        except msgspec.DecodeError as e:
+            raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
+        intern(evs)
         out += evs
     return out, bad
-
-
-def _decode_chunk(chunk: list, where: str, intern) -> tuple[list, int]:
-    """One chunk's events (lean args where no collective key occurs in it) and its misfits; the chunk's joined
-    bytes are freed on return (the interner copies the Raw shape texts that pointed into them)."""
-    joined = b"[" + b",".join(chunk) + b"]"
-    dec = _EVENTS if any(k in joined for k in _RARE_KEYS) else _LEAN_EVENTS
-    try:
-        evs, bad = dec.decode(joined), 0
-    except msgspec.ValidationError:
-        evs, bad = _lenient_events(chunk)
-    except msgspec.DecodeError as e:
-        raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
-    intern(evs)
-    return evs, bad
 
 
 class _Interner:
@@ -239,8 +236,7 @@ class _Interner:
 
     def _triple(self, v: list):
         try:
-            key = ("dims", v[0], v[1], v[2])
-            return self.seen.setdefault(key, v)
+            return self.seen.setdefault(tuple(v), v)  # a tuple key never equals a str or bytes key
         except TypeError:  # an unhashable member (a list): left as it is
             return v
 
