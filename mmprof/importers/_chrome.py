@@ -126,13 +126,12 @@ class _RawTrace(Trace, forbid_unknown_fields=False):
 
 _TRACE = msgspec.json.Decoder(_RawTrace)
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
-_EVENTS = msgspec.json.Decoder(list[Event])
 _EVENT = msgspec.json.Decoder(Event)
 _LEAN_EVENT = msgspec.json.Decoder(LeanEvent)
 CHUNK_EVENTS = 65_536  # events decoded into Structs at a time (then their repeated strings are shared)
 
 
-def decode(data: bytes, where: str, compressed: int | None = None) -> tuple[Trace, int]:
+def decode(data: bytes, where: str, compressed: int | None = None, counted: bool = False) -> tuple[Trace, int]:
     """Decode a Chrome trace (object with traceEvents, or a bare event array).
 
     Returns the Trace and the number of events that had to be dropped because they did not fit the types
@@ -142,14 +141,15 @@ def decode(data: bytes, where: str, compressed: int | None = None) -> tuple[Trac
 
     Memory: the document is first split into one `msgspec.Raw` per event (a view of the bytes, no copy), then
     decoded CHUNK_EVENTS events at a time (into LeanEvent when no event names a collective); each chunk's repeated
-    values (ph, cat, name, pid, tid, grid and block
-    triples) become one shared object (`_Interner`), so an event costs its Struct and its numbers, not a copy of
-    every string it names (docs/limits.md; benchmarks/import_memory.py).
+    values (ph, cat, name, pid, tid, grid and block triples, shape texts) become one shared object (`_Interner`),
+    so an event costs its Struct and its numbers, not a copy of every string it names (docs/limits.md;
+    benchmarks/import_memory.py).
     """
-    n = data.count(b'"ph"')
-    check_events(n, where)
-    if compressed is not None:
-        check_density(n, compressed, where)
+    if not counted:  # `counted`: the caller applied these limits to the same count while reading the bytes
+        n = data.count(b'"ph"')
+        check_events(n, where)
+        if compressed is not None:
+            check_density(n, compressed, where)
     head = data[:64].lstrip()
     try:
         if head.startswith(b"["):

@@ -207,8 +207,9 @@ class _EventCounter:
 
 
 def _load_one(path: Path, rank: int | None, many: bool) -> Profile:
-    data = read_bytes(path, watch=_EventCounter(str(path), gzip_size(path)))
-    trace, bad = decode(data, str(path), gzip_size(path))  # event limits checked before the parse
+    compressed = gzip_size(path)
+    data = read_bytes(path, watch=_EventCounter(str(path), compressed))
+    trace, bad = decode(data, str(path), compressed, counted=True)  # event limits applied while read
     del data
     events = trace.traceEvents or []
     trace.traceEvents = None  # `RankImporter.run` consumes the list: no second reference keeps the events alive
