@@ -35,6 +35,12 @@ HOSTILE = ["\x1b[31mRED\x1b[0m", "\x1b]0;pwned\x07", "\u202eevil\u202c", "a\x00b
            "\x1b]8;;http://evil.example\x07link\x1b]8;;\x07", "\x1b]52;c;cHduZWQ=\x07", "\x85\x9b2J",
            "a\u2028b\u2029c", "\u2066iso\u2069\u061c"]
 BIG_INTS = [2**63, 2**64 + 7, -(2**63) - 1, 10**30]
+# layer indices a label parser must not turn into an overflowing number (issue 25: "an overflowing layer-range case
+# dies of SIGSEGV"), and the label forms that carry one (our scopes, HF / vLLM module paths, record's module ranges)
+LAYER_NUMBERS = [str(2**63), str(2**64 + 1), "1" + "0" * 30, "-1", "-" + str(2**63 + 1), "0" * 4000 + "7", "1e30"]
+LAYER_FORMS = ["layers.{n}.attn.qkv", "model.layers.{n}.self_attn", "nn.Module: model.layers.{n}.mlp",
+               "model.layers.{n}.mlp (Qwen3MoeSparseMoeBlock)", "layers.0-{n}.moe.routed", "layers.{n}-{n}.mlp",
+               "h.{n}.attn", "model.layers.{n}.mlp.experts"]
 ODD_VALUES: list[Any] = [*BIG_INTS, 1e300, -1e300, -1, 0, "abc", "", None, [], {}, True, [1, 2, 3], {"a": 1}]
 
 
@@ -210,6 +216,21 @@ def kineto_mutations(seed: dict, rng: random.Random) -> list[tuple[str, bytes, b
     out.append(("kernel_name_1mib", _jb(put(seed, ("traceEvents", k, "name"), "gemm<" + "x" * 2**20 + ">")), True))
     out.append(("kernel_name_nested_templates", _jb(put(seed, ("traceEvents", k, "name"),
                                                         "k" + "<a" * 20000 + ">" * 20000)), True))
+    # a kernel rule's prefix repeated over 64K characters: every occurrence a match start (quadratic backtracking
+    # before the rules searched at most CLASSIFY_MAX_CHARS)
+    for prefix in ("vllm::", "cvt_", "cub::"):
+        out.append((f"kernel_name_repeats_{prefix.strip(':_')}", _jb(put(seed, ("traceEvents", k, "name"),
+                                                                        prefix * (65536 // len(prefix)))), True))
+    # layer numbers beyond every integer type, negative, and layer ranges, in annotations and module paths
+    ann = next(i for i, e in enumerate(ev) if str(e.get("name", "")).startswith("layers."))
+    for i, n in enumerate(LAYER_NUMBERS):  # every number and every form, a third of the pairs
+        for j, form in enumerate(LAYER_FORMS):
+            if (i + j) % 3:
+                continue
+            d = put(seed, ("traceEvents", ann, "name"), form.format(n=n))
+            if form.startswith("nn.Module: "):
+                d = put(d, ("traceEvents", ann, "cat"), "python_function")
+            out.append((f"layer_{n[:12]}_{j}", _jb(d), True))
     out.append(("bom", b"\xef\xbb\xbf" + _jb(seed), True))
     out.append(("bare_array", _jb(ev), True))
     out.append(("legacy_v1", b'{"traceEvents":[{}, {"ph":"X","ts":"1","dur":"2"}]}', False))
@@ -362,7 +383,7 @@ def spec_mutations(text: str) -> list[tuple[str, bytes, bool | None]]:
     out: list[tuple[str, bytes, bool | None]] = [("valid", text.encode(), True), ("empty", b"", False),
                                                  ("bom", b"\xef\xbb\xbf" + text.encode(), True)]
     first = text.index("[[assert]]")
-    extra = [('layers = "0-4000000000"', None), ("layers = [1, 2, 4000000000]", None), ('layers = "5-2"', None),
+    extra = [('layers = "' + ",".join(["0-65535"] * 50_000) + '"', True), ('layers = "0-4000000000"', None), ("layers = [1, 2, 4000000000]", None), ('layers = "5-2"', None),
              ("max = -1", None), ("max = 9223372036854775807", None), ("min_time_share = 5", None),
              ('min_time_share = "x"', None), ("every_layer = 3", None), ('family = 7', None),
              ("family = [1, 2]", None), ('name = "(unclosed"', None), ('region = {a = 1}', None),

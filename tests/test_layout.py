@@ -181,3 +181,18 @@ def test_run_record_import_renderers_fit():
             assert max(cell_len(line) for line in text.splitlines()) <= width, text
         assert "missing" in texts[1] and "rank3.pt.trace.json.gz" in texts[1].replace("\n", "").replace("│", "") \
             .replace(" ", "")
+
+
+def test_no_function_in_importers_is_over_80_lines():
+    """Issue 21's Done-when: no function over 80 lines in mmprof/importers/ (counted by ast from `def` to its last
+    line, docstring and comments included); a longer one is split into named steps."""
+    import ast
+
+    long = []
+    for f in sorted((ROOT / "mmprof" / "importers").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > 80:
+                    long.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, long

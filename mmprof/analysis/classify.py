@@ -104,6 +104,14 @@ class Rule:
                 "example": self.example, "source": self.source}
 
 
+# Rules see at most this many characters of a name (and of its function name). A backtracking regex costs up to
+# (match starts) x (span) steps: patterns like `\bvllm::(?:\w+::)*\w*quant` take 13 s on a 16K-character name
+# that repeats `vllm::` (benchmarks/long_names.py). Real kernel names classify from their first 1,024 characters
+# (all 620 of the labelled corpus, the longest 8,598 characters: tests/test_trust_import.py checks it), so 2,048
+# changes no real name's class and bounds the worst name to about 0.1 s over every rule.
+CLASSIFY_MAX_CHARS = 2048
+
+
 class RuleSet:
     """An ordered list of rules plus a per-name cache (profiles have ~1M kernels but a few thousand names)."""
 
@@ -117,9 +125,10 @@ class RuleSet:
         hit = self._cache.get(name)
         if hit is None:
             hit = UNCLASSIFIED
-            func = function_name(name)
+            func = function_name(name)[:CLASSIFY_MAX_CHARS]
+            text = name[:CLASSIFY_MAX_CHARS]
             for rule in self.rules:
-                kc = rule.apply(name, func)
+                kc = rule.apply(text, func)
                 if kc is not None:
                     hit = kc
                     break

@@ -21,7 +21,7 @@ from mmprof.render.text.report import render_report
 @json_option
 @click.option("--phase", metavar="PHASE", help="Only this phase (prefill, decode).")
 @click.option("--rank", type=int, metavar="R", help="Only this rank.")
-@click.option("--top", type=int, default=None, help="Top kernels per phase [default: 10]; rows of the --by-shape "
+@click.option("--top", type=click.IntRange(1, 100_000), default=None, help="Top kernels per phase [default: 10]; rows of the --by-shape "
               f"table [default: {SHAPE_ROWS}].")
 @click.option("--by-shape", "by_shape_", is_flag=True, help="Instead: a roofline row per (region, op, input shapes, dtype) and "
               "GPU time per op (op -> its kernels).")

@@ -69,99 +69,133 @@ def _ranks_text(v) -> str | None:
 
 def collectives(imp) -> None:
     """Fill the collectives table of the importer `imp` (a kineto._Importer after kernels are built)."""
-    b = imp.builder
-    rank = imp.rank
-    ops = imp.op_events
-    comm_ops = [i for i, e in enumerate(ops) if e.args is not None and e.args.coll_name is not None]
-    is_comm_op = np.zeros(len(ops), bool)
-    is_comm_op[comm_ops] = True
-    parent = imp.op_nest.parent
-    used_ops: set[int] = set()
+    comm = _CommOps(imp)
+    for k in _comm_kernels(imp):
+        _kernel_row(imp, comm, k)
+    _op_rows(imp, comm)
+    # collectives with no record_param_comms metadata: c10d ops and gloo ranges
+    host_collectives(imp, comm.rows)
 
-    def comm_ancestor(op: int) -> int:
+
+class _CommOps:
+    """The record_param_comms ops of a rank (ops whose args name a collective) and which of them a kernel row has
+    used: found as the kernel op's ancestor, else as the first unused one inside it."""
+
+    def __init__(self, imp) -> None:
+        self.imp = imp
+        ops = imp.op_events
+        self.rows = [i for i, e in enumerate(ops) if e.args is not None and e.args.coll_name is not None]
+        self.is_comm = np.zeros(len(ops), bool)
+        self.is_comm[self.rows] = True
+        self.parent = imp.op_nest.parent
+        self.used: set[int] = set()
+        self.idx = np.asarray(self.rows, dtype=np.int64)
+        self.lane, self.start, self.end = imp.op_lane[self.idx], imp.op_start[self.idx], imp.op_end[self.idx]
+        self.free = np.ones(len(self.idx), bool)
+        self.pos = {int(i): j for j, i in enumerate(self.rows)}
+
+    def ancestor(self, op: int) -> int:
+        """`op` or its nearest enclosing record_param_comms op (at most 64 levels up), or -1."""
         i, hops = op, 0
         while i >= 0 and hops < 64:
-            if is_comm_op[i]:
+            if self.is_comm[i]:
                 return i
-            i = int(parent[i])
+            i = int(self.parent[i])
             hops += 1
         return -1
 
-    c_idx = np.asarray(comm_ops, dtype=np.int64)
-    c_lane, c_start, c_end = imp.op_lane[c_idx], imp.op_start[c_idx], imp.op_end[c_idx]
-    c_free = np.ones(len(c_idx), bool)
-    c_pos = {int(i): j for j, i in enumerate(comm_ops)}
-
-    def descendant_comm(op: int) -> int:
+    def descendant(self, op: int) -> int:
         """The first unused record_param_comms inside `op` (it is often a child of the c10d op)."""
-        if op < 0 or not len(c_idx):
+        imp = self.imp
+        if op < 0 or not len(self.idx):
             return -1
-        hit = np.flatnonzero(c_free & (c_lane == imp.op_lane[op]) & (c_start >= imp.op_start[op])
-                             & (c_end <= imp.op_end[op]))
+        hit = np.flatnonzero(self.free & (self.lane == imp.op_lane[op]) & (self.start >= imp.op_start[op])
+                             & (self.end <= imp.op_end[op]))
         if not len(hit):
             return -1
-        c_free[hit[0]] = False
-        return int(c_idx[hit[0]])
+        self.free[hit[0]] = False
+        return int(self.idx[hit[0]])
 
-    kernel_rows = []
-    for k, (a, name) in enumerate(zip(imp.k_args, imp.k_names)):
-        if a.coll_name is not None or (isinstance(name, str) and _COMM_KERNEL.match(name)):
-            kernel_rows.append(k)
-    for k in kernel_rows:
-        a = imp.k_args[k]
-        op = int(imp.k_op[k])
-        c_op = comm_ancestor(op) if op >= 0 else -1
+    def of_kernel_op(self, op: int) -> int:
+        """The record_param_comms op describing a kernel launched by `op` (marked used), or -1."""
+        c_op = self.ancestor(op) if op >= 0 else -1
         if c_op < 0 and op >= 0:
-            c_op = descendant_comm(op)
-        meta = a if a.coll_name is not None else (ops[c_op].args if c_op >= 0 else None)
+            c_op = self.descendant(op)
         if c_op >= 0:
-            used_ops.add(c_op)
-            c_free[c_pos[c_op]] = False
-        if meta is not None:
-            name = normalize_collective(meta.coll_name)
-            dtype = meta.dtype
-            bin_, bout = _nbytes(meta.in_nelems, dtype), _nbytes(meta.out_nelems, dtype)
-            group = meta.pg_desc or (str(meta.pg_name) if meta.pg_name is not None else None) or (
-                str(meta.pg_id) if meta.pg_id is not None else None)
-            gsize = int(meta.group_size) if isinstance(meta.group_size, (int, str)) and str(meta.group_size).isdigit() else -1
-            granks = _ranks_text(meta.pg_ranks)
-        else:
-            # old traces: no args; c10d wraps the launch in a "nccl:all_reduce"-style annotation
-            scope = imp.k_scope[k]
-            sname = imp.st.strings[scope] if scope >= 0 else ""
-            m = _KERNEL_COLL.search(imp.k_names[k] or "")
-            if sname.startswith(("nccl:", "rccl:", "gloo:")):
-                name = normalize_collective(sname.split(":", 1)[1])
-            else:
-                name = normalize_collective(m.group(1)) if m else None
-            dtype = group = granks = None
-            bin_ = bout = gsize = -1
-        b.row("collectives", rank=rank, start_ns=int(imp.k_start[k]), dur_ns=int(imp.k_dur[k]), name=name,
-              bytes_in=bin_, bytes_out=bout, dtype=dtype, group=group, group_size=gsize, group_ranks=granks,
-              kernel=k, op=c_op if c_op >= 0 else op, phase=imp.st.strings[imp.k_phase[k]] if imp.k_phase[k] >= 0 else None,
-              step=int(imp.k_step[k]))
-    # comm ops with no kernel (gloo / CPU-only traces, or kernels not captured)
-    if comm_ops:
-        _, _, phase, step = imp._scope_cols(imp.ann.enclosing(imp.op_lane[comm_ops], imp.op_start[comm_ops]))
-        phase, step = imp._by_time(phase, step, imp.op_start[comm_ops])
-        for j, i in enumerate(comm_ops):
-            if i in used_ops:
-                continue
-            # a comm op nested in another comm op that was already counted is the same collective
-            if comm_ancestor(int(parent[i])) in used_ops:
-                continue
-            a = ops[i].args
-            if (a.coll_name or "").lower() in SKIP_NAMES:
-                continue
-            gsize = int(a.group_size) if isinstance(a.group_size, (int, str)) and str(a.group_size).isdigit() else -1
-            b.row("collectives", rank=rank, start_ns=int(imp.op_start[i]), dur_ns=int(imp.op_end[i] - imp.op_start[i]),
-                  name=normalize_collective(a.coll_name), bytes_in=_nbytes(a.in_nelems, a.dtype),
-                  bytes_out=_nbytes(a.out_nelems, a.dtype), dtype=a.dtype,
-                  group=a.pg_desc or (str(a.pg_name) if a.pg_name is not None else None),
-                  group_size=gsize, group_ranks=_ranks_text(a.pg_ranks), kernel=-1, op=i,
-                  phase=imp.st.strings[phase[j]] if phase[j] >= 0 else None, step=int(step[j]))
-    # collectives with no record_param_comms metadata: c10d ops and gloo ranges
-    host_collectives(imp, comm_ops)
+            self.used.add(c_op)
+            self.free[self.pos[c_op]] = False
+        return c_op
+
+
+def _comm_kernels(imp) -> list[int]:
+    """Kernel rows that are communication: their args name a collective, or their name is NCCL / RCCL's."""
+    return [k for k, (a, name) in enumerate(zip(imp.k_args, imp.k_names))
+            if a.coll_name is not None or (isinstance(name, str) and _COMM_KERNEL.match(name))]
+
+
+def _group_size(v) -> int:
+    return int(v) if isinstance(v, (int, str)) and str(v).isdigit() else -1
+
+
+def _described(meta) -> dict:
+    """Name, sizes and group of a collective from the args that describe it (the kernel's or its op's)."""
+    dtype = meta.dtype
+    group = meta.pg_desc or (str(meta.pg_name) if meta.pg_name is not None else None) or (
+        str(meta.pg_id) if meta.pg_id is not None else None)
+    return dict(name=normalize_collective(meta.coll_name), bytes_in=_nbytes(meta.in_nelems, dtype),
+                bytes_out=_nbytes(meta.out_nelems, dtype), dtype=dtype, group=group,
+                group_size=_group_size(meta.group_size), group_ranks=_ranks_text(meta.pg_ranks))
+
+
+def _undescribed(imp, k: int) -> dict:
+    """Old traces: no args; c10d wraps the launch in a "nccl:all_reduce"-style annotation, else the kernel's name
+    says the collective."""
+    scope = imp.k_scope[k]
+    sname = imp.st.strings[scope] if scope >= 0 else ""
+    m = _KERNEL_COLL.search(imp.k_names[k] or "")
+    if sname.startswith(("nccl:", "rccl:", "gloo:")):
+        name = normalize_collective(sname.split(":", 1)[1])
+    else:
+        name = normalize_collective(m.group(1)) if m else None
+    return dict(name=name, bytes_in=-1, bytes_out=-1, dtype=None, group=None, group_size=-1, group_ranks=None)
+
+
+def _kernel_row(imp, comm: _CommOps, k: int) -> None:
+    """The row of communication kernel `k`."""
+    a = imp.k_args[k]
+    op = int(imp.k_op[k])
+    c_op = comm.of_kernel_op(op)
+    meta = a if a.coll_name is not None else (imp.op_events[c_op].args if c_op >= 0 else None)
+    what = _described(meta) if meta is not None else _undescribed(imp, k)
+    imp.builder.row("collectives", rank=imp.rank, start_ns=int(imp.k_start[k]), dur_ns=int(imp.k_dur[k]), **what,
+                    kernel=k, op=c_op if c_op >= 0 else op,
+                    phase=imp.st.strings[imp.k_phase[k]] if imp.k_phase[k] >= 0 else None, step=int(imp.k_step[k]))
+
+
+def _op_rows(imp, comm: _CommOps) -> None:
+    """Rows of the record_param_comms ops no kernel row used (gloo / CPU-only traces, or kernels not captured)."""
+    rows = comm.rows
+    if not rows:
+        return
+    ops = imp.op_events
+    _, _, phase, step = imp._scope_cols(imp.ann.enclosing(imp.op_lane[rows], imp.op_start[rows]))
+    phase, step = imp._by_time(phase, step, imp.op_start[rows])
+    for j, i in enumerate(rows):
+        if i in comm.used:
+            continue
+        # a comm op nested in another comm op that was already counted is the same collective
+        if comm.ancestor(int(comm.parent[i])) in comm.used:
+            continue
+        a = ops[i].args
+        if (a.coll_name or "").lower() in SKIP_NAMES:
+            continue
+        imp.builder.row("collectives", rank=imp.rank, start_ns=int(imp.op_start[i]),
+                        dur_ns=int(imp.op_end[i] - imp.op_start[i]),
+                        name=normalize_collective(a.coll_name), bytes_in=_nbytes(a.in_nelems, a.dtype),
+                        bytes_out=_nbytes(a.out_nelems, a.dtype), dtype=a.dtype,
+                        group=a.pg_desc or (str(a.pg_name) if a.pg_name is not None else None),
+                        group_size=_group_size(a.group_size), group_ranks=_ranks_text(a.pg_ranks), kernel=-1, op=i,
+                        phase=imp.st.strings[phase[j]] if phase[j] >= 0 else None, step=int(step[j]))
 
 
 # -- collectives without record_param_comms (gloo on CPU; any trace lacking the metadata) --------------------
@@ -291,103 +325,24 @@ def host_collectives(imp, comm_ops: list[int]) -> None:
     matches. When a rank has no c10d collective op and no other collective at all (older torch called the
     process group directly), each `gloo:*` range becomes a row by itself.
     """
-    b = imp.builder
-    ops = imp.op_events
-    parent = imp.op_nest.parent
-    strings = imp.st.strings
-    ocols = b.cols["ops"]
-    covered: set[int] = set()  # ops that are, or enclose, an already described collective
-    rows = b.cols["collectives"]["op"]  # rows made so far (kernels, record_param_comms)
+    rows = imp.builder.cols["collectives"]["op"]  # rows made so far (kernels, record_param_comms)
     seeds = [int(o) for o in rows if o >= 0]
-    for i in seeds + list(comm_ops):
-        hops = 0
-        while i >= 0 and hops < 64 and i not in covered:
-            covered.add(i)
-            i, hops = int(parent[i]), hops + 1
-    kinds: dict[int, str] = {}
-    for i, e in enumerate(ops):
-        nm = e.name
-        if isinstance(nm, str) and nm.startswith("c10d::") and nm[6:].strip("_") in C10D_KINDS:
-            kinds[i] = normalize_collective(nm[6:].strip("_"))
-    gname, gsize, granks = group_of(imp.dist, imp.rank)
-    gloo = _gloo_ranges(imp)
-    used = [False] * len(gloo)
-    by_kind: dict[str, tuple[list[int], list[int]]] = {}  # collective -> (start_ns, index into gloo), by start
-    for k, (j, gcoll, _, _) in enumerate(gloo):
-        starts, idx = by_kind.setdefault(gcoll, ([], []))
-        starts.append(int(imp.ann_start[j]))
-        idx.append(k)
-
-    def match(name: str, start: int, n_in: int | None) -> int:
-        """The earliest unused compatible gloo range starting at or after `start` (-1 if none); up to
-        _LOOKAHEAD ranges of each compatible kind are looked at, so a long trace stays linear."""
-        best, best_start = -1, None
-        for gcoll, (starts, idx) in by_kind.items():
-            if not _compatible(name, gcoll):
-                continue
-            pos = bisect_left(starts, start)
-            for q in range(pos, min(pos + _LOOKAHEAD, len(idx))):
-                k, gn = idx[q], gloo[idx[q]][2]
-                if not used[k] and (gn is None or n_in is None or gn == n_in or name == "barrier"):
-                    if best_start is None or starts[q] < best_start:
-                        best, best_start = k, starts[q]
-                    break
-        return best
-
+    covered = _covered(imp.op_nest.parent, seeds + list(comm_ops))
+    kinds = _c10d_kinds(imp.op_events)
+    group = group_of(imp.dist, imp.rank)
+    gloo = _GlooRanges(imp)
     described = set(seeds) | set(comm_ops)
-
-    def inside_collective(i: int) -> bool:
-        """Is op i nested in another c10d collective, a record_param_comms op or an op already described?"""
-        i, hops = int(parent[i]), 0
-        while i >= 0 and hops < 64:
-            if i in kinds or i in described:
-                return True
-            i, hops = int(parent[i]), hops + 1
-        return False
-
     n_rows = n_untimed = n_nodtype = 0
     for i in sorted(kinds, key=lambda i: (int(imp.op_start[i]), i)):
-        if i in covered or inside_collective(i):
+        if i in covered or _inside_collective(imp.op_nest.parent, i, kinds, described):
             continue
-        name = kinds[i]
-        dims, types = _args(ops[i])
-        n_in, n_out, dtype = _sizes(name, dims, types)
-        start, dur = int(imp.op_start[i]), int(imp.op_end[i] - imp.op_start[i])
-        k = match(name, start, n_in)
-        if k >= 0:
-            used[k] = True
-            j = gloo[k][0]
-            start, dur = int(imp.ann_start[j]), int(imp.ann_end[j] - imp.ann_start[j])
-            dtype = dtype or gloo[k][3]
-        else:
-            n_untimed += 1
-        if name == "allgather" and n_out is None and n_in is not None and gsize > 0:
-            n_out = n_in * gsize
-        if name == "reduce_scatter" and n_in is None and n_out is not None and gsize > 0:
-            n_in = n_out * gsize
-        nbytes = lambda n: 0 if n == 0 else _nbytes(n, dtype)  # noqa: E731
-        if name != "barrier" and dtype is None:
-            n_nodtype += 1
-        phase = int(ocols["phase"][i]) if "phase" in ocols else -1
-        b.row("collectives", rank=imp.rank, start_ns=start, dur_ns=dur, name=name, bytes_in=nbytes(n_in),
-              bytes_out=nbytes(n_out), dtype=dtype, group=gname, group_size=gsize, group_ranks=granks, kernel=-1,
-              op=i, phase=strings[phase] if phase >= 0 else None,
-              step=int(ocols["step"][i]) if "step" in ocols else -1)
+        timed, has_dtype = _c10d_row(imp, i, kinds[i], gloo, group)
+        n_untimed += not timed
+        n_nodtype += not has_dtype
         n_rows += 1
     if not kinds and not comm_ops and not rows:
-        for k, (j, gcoll, gn, gdt) in enumerate(gloo):
-            n_out = gn * gsize if gcoll == "allgather" and gn is not None and gsize > 0 else (
-                gn if gcoll in IN_PLACE else None)
-            nb = lambda n: _nbytes(n, gdt)  # noqa: E731
-            lane, t0 = imp.ann_lane[j:j + 1], imp.ann_start[j:j + 1]
-            op = int(imp.op_nest.enclosing(lane, t0)[0]) if len(imp.op_start) else -1
-            b.row("collectives", rank=imp.rank, start_ns=int(imp.ann_start[j]),
-                  dur_ns=int(imp.ann_end[j] - imp.ann_start[j]), name=gcoll,
-                  bytes_in=nb(gn) if gcoll != "barrier" else 0, bytes_out=nb(n_out) if gcoll != "barrier" else 0,
-                  dtype=gdt, group=gname, group_size=gsize, group_ranks=granks, kernel=-1, op=op,
-                  phase=strings[imp.ann_phase[j]] if imp.ann_phase[j] >= 0 else None, step=int(imp.ann_step[j]))
-            used[k] = True
-    left = used.count(False)
+        _gloo_rows(imp, gloo, group)
+    left = gloo.used.count(False)
     if n_rows and left:
         imp.warnings.append(f"{left} gloo:* ranges matched no c10d collective op and were not counted")
     if n_untimed:
@@ -395,3 +350,109 @@ def host_collectives(imp, comm_ops: list[int]) -> None:
                             "async ops that is the enqueue, not the transfer")
     if n_nodtype:
         imp.warnings.append(f"{n_nodtype} collectives from c10d ops have no recorded dtype: their sizes are unknown")
+
+
+def _covered(parent: np.ndarray, seeds: list[int]) -> set[int]:
+    """Ops that are, or enclose, an already described collective (at most 64 levels up from each seed)."""
+    covered: set[int] = set()
+    for i in seeds:
+        hops = 0
+        while i >= 0 and hops < 64 and i not in covered:
+            covered.add(i)
+            i, hops = int(parent[i]), hops + 1
+    return covered
+
+
+def _c10d_kinds(ops: list) -> dict[int, str]:
+    """Op row -> collective, for the `c10d::*` dispatcher ops that are collectives."""
+    kinds: dict[int, str] = {}
+    for i, e in enumerate(ops):
+        nm = e.name
+        if isinstance(nm, str) and nm.startswith("c10d::") and nm[6:].strip("_") in C10D_KINDS:
+            kinds[i] = normalize_collective(nm[6:].strip("_"))
+    return kinds
+
+
+def _inside_collective(parent: np.ndarray, i: int, kinds: dict, described: set) -> bool:
+    """Is op i nested in another c10d collective, a record_param_comms op or an op already described?"""
+    i, hops = int(parent[i]), 0
+    while i >= 0 and hops < 64:
+        if i in kinds or i in described:
+            return True
+        i, hops = int(parent[i]), hops + 1
+    return False
+
+
+class _GlooRanges:
+    """The `gloo:*` ranges of a rank (`_gloo_ranges`), which are used, and the matching of a c10d op to one."""
+
+    def __init__(self, imp) -> None:
+        self.ranges = _gloo_ranges(imp)
+        self.used = [False] * len(self.ranges)
+        self.by_kind: dict[str, tuple[list[int], list[int]]] = {}  # collective -> (start_ns, index), by start
+        for k, (j, gcoll, _, _) in enumerate(self.ranges):
+            starts, idx = self.by_kind.setdefault(gcoll, ([], []))
+            starts.append(int(imp.ann_start[j]))
+            idx.append(k)
+
+    def match(self, name: str, start: int, n_in: int | None) -> int:
+        """The earliest unused compatible gloo range starting at or after `start` (-1 if none); up to
+        _LOOKAHEAD ranges of each compatible kind are looked at, so a long trace stays linear."""
+        best, best_start = -1, None
+        for gcoll, (starts, idx) in self.by_kind.items():
+            if not _compatible(name, gcoll):
+                continue
+            pos = bisect_left(starts, start)
+            for q in range(pos, min(pos + _LOOKAHEAD, len(idx))):
+                k, gn = idx[q], self.ranges[idx[q]][2]
+                if not self.used[k] and (gn is None or n_in is None or gn == n_in or name == "barrier"):
+                    if best_start is None or starts[q] < best_start:
+                        best, best_start = k, starts[q]
+                    break
+        return best
+
+
+def _c10d_row(imp, i: int, name: str, gloo: _GlooRanges, group: tuple) -> tuple[bool, bool]:
+    """The row of c10d collective op `i`, timed by its gloo range when one matches; returns (timed by a gloo
+    range, has a dtype)."""
+    gname, gsize, granks = group
+    dims, types = _args(imp.op_events[i])
+    n_in, n_out, dtype = _sizes(name, dims, types)
+    start, dur = int(imp.op_start[i]), int(imp.op_end[i] - imp.op_start[i])
+    k = gloo.match(name, start, n_in)
+    if k >= 0:
+        gloo.used[k] = True
+        j = gloo.ranges[k][0]
+        start, dur = int(imp.ann_start[j]), int(imp.ann_end[j] - imp.ann_start[j])
+        dtype = dtype or gloo.ranges[k][3]
+    if name == "allgather" and n_out is None and n_in is not None and gsize > 0:
+        n_out = n_in * gsize
+    if name == "reduce_scatter" and n_in is None and n_out is not None and gsize > 0:
+        n_in = n_out * gsize
+    nbytes = lambda n: 0 if n == 0 else _nbytes(n, dtype)  # noqa: E731
+    ocols = imp.builder.cols["ops"]
+    phase = int(ocols["phase"][i]) if "phase" in ocols else -1
+    imp.builder.row("collectives", rank=imp.rank, start_ns=start, dur_ns=dur, name=name, bytes_in=nbytes(n_in),
+                    bytes_out=nbytes(n_out), dtype=dtype, group=gname, group_size=gsize, group_ranks=granks,
+                    kernel=-1, op=i, phase=imp.st.strings[phase] if phase >= 0 else None,
+                    step=int(ocols["step"][i]) if "step" in ocols else -1)
+    return k >= 0, name == "barrier" or dtype is not None
+
+
+def _gloo_rows(imp, gloo: _GlooRanges, group: tuple) -> None:
+    """A rank with no c10d collective op and no other collective (older torch called the process group
+    directly): each `gloo:*` range is a row by itself."""
+    gname, gsize, granks = group
+    strings = imp.st.strings
+    for k, (j, gcoll, gn, gdt) in enumerate(gloo.ranges):
+        n_out = gn * gsize if gcoll == "allgather" and gn is not None and gsize > 0 else (
+            gn if gcoll in IN_PLACE else None)
+        nb = lambda n: _nbytes(n, gdt)  # noqa: E731
+        lane, t0 = imp.ann_lane[j:j + 1], imp.ann_start[j:j + 1]
+        op = int(imp.op_nest.enclosing(lane, t0)[0]) if len(imp.op_start) else -1
+        imp.builder.row("collectives", rank=imp.rank, start_ns=int(imp.ann_start[j]),
+                        dur_ns=int(imp.ann_end[j] - imp.ann_start[j]), name=gcoll,
+                        bytes_in=nb(gn) if gcoll != "barrier" else 0, bytes_out=nb(n_out) if gcoll != "barrier" else 0,
+                        dtype=gdt, group=gname, group_size=gsize, group_ranks=granks, kernel=-1, op=op,
+                        phase=strings[imp.ann_phase[j]] if imp.ann_phase[j] >= 0 else None, step=int(imp.ann_step[j]))
+        gloo.used[k] = True

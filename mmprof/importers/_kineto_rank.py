@@ -105,6 +105,8 @@ class RankImporter:
 
     # -- main ---------------------------------------------------------------------------------------
     def run(self, events: list) -> None:
+        """Import `events` (consumed: the list is emptied once they are bucketed, so that events of categories
+        nothing imports are freed before the tables are built)."""
         buckets: dict = {}
         get = buckets.get
         for e in events:
@@ -113,6 +115,7 @@ class RankImporter:
             if b is None:
                 b = buckets[c] = []
             b.append(e)
+        events.clear()
         self.counts = {str(c): len(v) for c, v in buckets.items()}
         def pick(cats: set) -> list:
             return [e for c in cats if c in buckets for e in buckets[c] if e.ph == "X"]

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mmprof.errors import BadInput
-from mmprof.fileio import check_events, gzip_size, read_bytes
+from mmprof.fileio import check_density, check_events, gzip_size, read_bytes
 from mmprof.importers import _kineto_meta as km
 from mmprof.importers._chrome import decode
 from mmprof.importers._kineto_rank import RankImporter
@@ -188,11 +188,32 @@ def load_one(path: str | os.PathLike, rank: int | None = None, many: bool = Fals
             gc.enable()
 
 
+class _EventCounter:
+    """Counts the `"ph"` keys of a trace's chunks as they are read (a key cut between two chunks counted once) and
+    applies the event limits (`check_events`, and `check_density` for a gzip of `compressed` bytes) to the count so
+    far: a file of too many events stops while it is decompressed, never after."""
+
+    KEY = b'"ph"'
+
+    def __init__(self, where: str, compressed: int | None) -> None:
+        self.where, self.compressed, self.n, self.tail = where, compressed, 0, b""
+
+    def __call__(self, chunk: bytes, gzipped: bool) -> None:
+        joined = self.tail + chunk[:len(self.KEY) - 1]
+        self.n += joined.count(self.KEY) + chunk.count(self.KEY)
+        self.tail = (self.tail + chunk[-(len(self.KEY) - 1):])[-(len(self.KEY) - 1):]  # a key's start, if cut
+        check_events(self.n, self.where)
+        if gzipped and self.compressed is not None:
+            check_density(self.n, self.compressed, self.where)
+
+
 def _load_one(path: Path, rank: int | None, many: bool) -> Profile:
-    data = read_bytes(path)
-    trace, bad = decode(data, str(path), gzip_size(path))  # event limits checked before the parse
+    compressed = gzip_size(path)
+    data = read_bytes(path, watch=_EventCounter(str(path), compressed))
+    trace, bad = decode(data, str(path), compressed, counted=True)  # event limits applied while read
     del data
     events = trace.traceEvents or []
+    trace.traceEvents = None  # `RankImporter.run` consumes the list: no second reference keeps the events alive
     warnings: list[str] = []
     if bad:
         warnings.append(f"{bad} events did not fit the Chrome-trace layout and were dropped")
@@ -228,7 +249,7 @@ def _load_one(path: Path, rank: int | None, many: bool) -> Profile:
 
     b = RankImporter(r, warnings)
     b.dist = dist  # process-group sizes for collectives that carry no record_param_comms metadata
-    b.run(events)
+    b.run(events)  # empties `events`
     meta = km.build_meta(trace, path, r, dist, b, warnings)
     b.builder.meta = meta
     return b.builder.build()
