@@ -32,14 +32,17 @@ SHARED = ROOT.parent / "shared" / "samples" / "vllm"
 
 
 def _full(path: Path) -> Path:
-    alt = SHARED / path.relative_to(DIRS[0]) if path.is_relative_to(DIRS[0]) else None
+    # the excerpts are committed as .json.xz; the full files beside the checkout are the .json.gz vLLM wrote
+    rel = str(path.relative_to(DIRS[0])).removesuffix(".xz") + ".gz" if path.is_relative_to(DIRS[0]) else None
+    alt = SHARED / rel if rel and path.name.endswith(".xz") else SHARED / path.relative_to(DIRS[0]) if rel else None
     return alt if alt is not None and alt.exists() else path
 
 
 def traces() -> list[Path]:
     out = []
     for d in DIRS:
-        out += sorted(d.glob("*.pt.trace.json.gz")) + sorted(d.glob("rec_*.json.gz"))
+        out += sorted([*d.glob("*.pt.trace.json.gz"), *d.glob("*.pt.trace.json.xz")])
+        out += sorted([*d.glob("rec_*.json.gz"), *d.glob("rec_*.json.xz")])
     return [_full(p) for p in out]
 
 

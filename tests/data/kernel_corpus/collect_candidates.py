@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import glob
 import gzip
+import lzma
 import json
 import random
 import re
@@ -28,8 +29,8 @@ def main(samples: str, work: str) -> None:
             rows.append((n, src))
 
     w = Path(work)
-    for f in sorted(glob.glob(f"{samples}/*.json.gz") + glob.glob(f"{samples}/record/*.json.gz")):
-        d = json.load(gzip.open(f, "rt"))
+    for f in sorted(glob.glob(f"{samples}/*.json.[gx]z") + glob.glob(f"{samples}/record/*.json.[gx]z")):
+        d = json.load((lzma.open if f.endswith(".xz") else gzip.open)(f, "rt"))
         for e in d.get("traceEvents", []) if isinstance(d, dict) else d:
             if isinstance(e, dict) and e.get("cat") == "kernel":
                 add(e["name"], "trace:samples/vllm/" + f.split("/vllm/", 1)[1])
