@@ -189,15 +189,45 @@ def _sorted_codes(a: np.ndarray, as_type=None) -> tuple[np.ndarray, np.ndarray]:
     return u[order], pos[inv]
 
 
+def _phase_codes(profile, phase_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """`_sorted_codes(phase_labels(profile, phase_ids), str)` from the integer phase ids: the labels of the few
+    distinct ids are looked up, merged where two ids name the same label, and sorted; no per-event label array.
+    None where a label would be missing (a string id the table lacks): the caller takes the per-event path."""
+    if len(phase_ids) == 0 or (phase_ids < 0).all():
+        return None
+    inv, uniq = pd.factorize(phase_ids)
+    lab = [profile.string(int(u)) if u >= 0 else "other" for u in np.asarray(uniq).tolist()]
+    if any(not isinstance(x, str) for x in lab):
+        return None
+    lcode, lu = pd.factorize(np.array(lab, dtype=object))
+    u = np.asarray(lu).astype(str)
+    order = np.argsort(u, kind="stable")
+    pos = np.empty(len(order), dtype=np.int64)
+    pos[order] = np.arange(len(order))
+    return u[order], pos[lcode][inv]
+
+
+def event_phases(profile, ev: EventFrame) -> np.ndarray:
+    """`phase_labels(profile, ev.phase)`, built once per event frame (timeline, ranks and diff share it)."""
+    return ev.memo("phase_labels", lambda: phase_labels(profile, ev.phase))
+
+
+def event_phase_codes(profile, ev: EventFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct phase labels, code per event) of the frame, built once per frame."""
+    def build():
+        fast = _phase_codes(profile, ev.phase)
+        return fast if fast is not None else _sorted_codes(event_phases(profile, ev), str)
+    return ev.memo("phase_codes", build)
+
+
 def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
     """The per-window category breakdown of a profile (see the module docstring)."""
     ev = events if events is not None else events_of(profile)
     if not len(ev):
         raise NoEvidence("profile has no kernels, copies or CPU ops: nothing to put on a timeline")
-    phase = phase_labels(profile, ev.phase)
-    ph_u, ph_inv = _sorted_codes(phase, str)
-    r_u, r_inv = _sorted_codes(ev.rank)     # dense codes: the key never overflows, whatever the
-    s_u, s_inv = _sorted_codes(ev.step)     # rank and step numbers
+    ph_u, ph_inv = event_phase_codes(profile, ev)
+    r_u, r_inv = ev.memo("rank_codes", lambda: _sorted_codes(ev.rank))  # dense codes: the key never overflows,
+    s_u, s_inv = ev.memo("step_codes", lambda: _sorted_codes(ev.step))  # whatever the rank and step numbers
     key = (r_inv.astype(np.int64) * len(ph_u) + ph_inv) * len(s_u) + s_inv
     kuniq, gcode = codes(key)
     G = len(kuniq)
@@ -211,27 +241,30 @@ def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
     stepped = wk[wk["s"] >= 0].groupby(["r", "p"]).size()
     has_steps = pd.MultiIndex.from_frame(wk[["r", "p"]]).isin(stepped.index)
     scattered = (g_phase == "other") | ((g_step < 0) & has_steps)
-    span_df = pd.DataFrame({"g": gcode, "s": ev.start, "e": np.maximum(ev.end, ev.start)}).groupby("g").agg(
-        s=("s", "min"), e=("e", "max"))
-    ext_s = np.zeros(G, dtype=np.int64)
-    ext_e = np.zeros(G, dtype=np.int64)
-    ext_s[span_df.index.to_numpy()] = span_df["s"].to_numpy()
-    ext_e[span_df.index.to_numpy()] = span_df["e"].to_numpy()
+    # each window's first event start and last event end (every code 0..G-1 has events)
+    ext_s = np.full(G, np.iinfo(np.int64).max, dtype=np.int64)
+    ext_e = np.full(G, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(ext_s, gcode, ev.start)
+    np.maximum.at(ext_e, gcode, np.maximum(ev.end, ev.start))
     acc = _Acc(G)
     es = engine_steps(profile) if ev.source == "kernels" else None
     engine = False
     pieces: dict = {}
+    by_rank = np.argsort(r_inv, kind="stable")          # each rank's events, in frame order
+    cuts = np.cumsum(np.bincount(r_inv, minlength=len(r_u)))
     for r in np.unique(g_rank).tolist():
+        ri = int(np.searchsorted(r_u, r))
+        rows = by_rank[(cuts[ri - 1] if ri else 0):cuts[ri]]    # == np.flatnonzero(ev.rank == r)
         full = np.flatnonzero((g_rank == r) & ~scattered)
         segs = _partition(full, ext_s[full], ext_e[full])
         rank_steps = es[es["rank"] == r] if es is not None and len(es) else None
         if rank_steps is not None and len(rank_steps) and len(segs[0]):
             engine = True
-            segs = _engine_pieces(segs, g_step, rank_steps, ev, np.flatnonzero(ev.rank == r))
+            segs = _engine_pieces(segs, g_step, rank_steps, ev, rows)
             pieces[r] = segs
         else:
             segs = segs + (np.zeros(len(segs[0]), np.int8),)
-        _sweep_rank(np.flatnonzero(ev.rank == r), gcode, ev, segs, np.flatnonzero((g_rank == r) & scattered), acc)
+        _sweep_rank(rows, gcode, ev, segs, np.flatnonzero((g_rank == r) & scattered), acc)
     cols = acc.cols
     busy = sum(cols[c] for c in CATEGORIES[:_BUSY])
     idle = acc.idle
@@ -352,6 +385,17 @@ def _partition(groups: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.nda
     return (np.asarray(a_out, np.int64), np.asarray(b_out, np.int64), np.asarray(g_out, np.int64))
 
 
+def _time_order(t: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """`np.lexsort((d > 0, t))`: by time, ends and bounds before starts at the same instant, ties in input order.
+    One stable sort of one key (time * 2 + is-start) where the times' range allows; event starts and ends come in
+    long sorted runs, which the stable sort merges rather than sorts."""
+    if len(t):
+        lo, hi = int(t.min()), int(t.max())
+        if hi - lo < 1 << 61:
+            return np.argsort((t - lo) * 2 + (d > 0), kind="stable")
+    return np.lexsort((d > 0, t))
+
+
 def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scattered: np.ndarray, acc: _Acc) -> None:
     """Interval sweep over one rank's events, with the window pieces `segs` as extra boundaries: every instant
     is counted once, in the window piece that holds it (busy in the highest category active, else idle), or
@@ -365,32 +409,44 @@ def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scatte
     d = np.concatenate([np.ones(n, np.int8), np.full(n, -1, np.int8), np.zeros(2 * m, np.int8)])
     c = np.concatenate([ev.cat[keep], ev.cat[keep], np.full(2 * m, -1, np.int8)]).astype(np.int8)
     e = np.concatenate([keep, keep, np.full(2 * m, -1, np.int64)])
-    order = np.lexsort((d > 0, t))      # ends (and piece bounds) before starts at the same instant
+    order = _time_order(t, d)           # ends (and piece bounds) before starts at the same instant
     t, d, c, e = t[order], d[order], c[order], e[order]
     seg = np.zeros(len(t), dtype=np.int64)
     seg[:-1] = t[1:] - t[:-1]
     act = np.full(len(t), -1, dtype=np.int8)
     comm_active = np.zeros(len(t), bool)
+    present = np.bincount(ev.cat[keep].astype(np.int64), minlength=_BUSY) > 0 if n else np.zeros(_BUSY, bool)
     for k in range(_BUSY - 1, -1, -1):
-        on = np.cumsum(np.where(c == k, d, 0).astype(np.int64)) > 0
+        if not present[k]:              # no event of this category: it is never active
+            continue
+        on = np.cumsum(np.where(c == k, d, 0), dtype=np.int64 if len(t) >= 1 << 31 else np.int32) > 0
         act[on] = k
         if k == CAT_COMM:
             comm_active = on
-    # the window piece holding each elementary segment [t_i, t_i+1)
-    pos = np.searchsorted(seg_a, t, side="right") - 1
-    inside = (pos >= 0) & (t < seg_b[np.maximum(pos, 0)]) if m else np.zeros(len(t), bool)
-    owner = np.where(inside, seg_g[np.maximum(pos, 0)] if m else -1, -1)
-    kind = np.where(inside, seg_k[np.maximum(pos, 0)] if m else 0, 0)
+    # the window piece holding each elementary segment [t_i, t_i+1): the number of piece starts at or before t_i
+    # (t is sorted: the same as searching every t_i among the piece starts)
+    if m:
+        pos = np.cumsum(np.bincount(np.searchsorted(t, seg_a, side="left"), minlength=len(t) + 1)[:len(t)]) - 1
+        p0 = np.maximum(pos, 0)
+        inside = (pos >= 0) & (t < seg_b[p0])
+        owner = np.where(inside, seg_g[p0], -1)
+        kind = np.where(inside, seg_k[p0], 0)
+    else:
+        inside = np.zeros(len(t), bool)
+        owner = np.full(len(t), -1, dtype=np.int64)
+        kind = np.zeros(len(t), dtype=np.int64)
     # outside every piece: the first scattered window with an event active (only scattered events lie there)
-    gi = gcode[np.maximum(e, 0)]
-    for sg in scattered.tolist():
-        on = np.cumsum(np.where((e >= 0) & (gi == sg), d, 0).astype(np.int64)) > 0
-        owner = np.where((owner < 0) & ~inside & on, sg, owner)
+    if len(scattered):
+        gi = gcode[np.maximum(e, 0)]
+        for sg in scattered.tolist():
+            on = np.cumsum(np.where((e >= 0) & (gi == sg), d, 0).astype(np.int64)) > 0
+            owner = np.where((owner < 0) & ~inside & on, sg, owner)
     G = len(acc.idle)
     ok = owner >= 0
+    sel = ok & (act >= 0)               # busy: one pass over (window, category)
+    tot = np.bincount(owner[sel] * _BUSY + act[sel], weights=seg[sel], minlength=G * _BUSY).reshape(G, _BUSY)
     for k, name in enumerate(CATEGORIES[:_BUSY]):
-        sel = ok & (act == k)
-        acc.cols[name] += np.bincount(owner[sel], weights=seg[sel], minlength=G).astype(np.int64)
+        acc.cols[name] += tot[:, k].astype(np.int64)
     sel = ok & comm_active
     acc.comm_total += np.bincount(owner[sel], weights=seg[sel], minlength=G).astype(np.int64)
     sel = sel & (act >= 0) & (act < CAT_COMM)
