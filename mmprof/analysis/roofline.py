@@ -51,17 +51,17 @@ class Roofline:
 
 def _unique_triples(profile, op_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(unique op rows standing for each distinct (name, dims, types), inverse mapping op_idx -> unique slot)."""
-    names = profile.tables["ops"]["name"].astype(np.int64)
-    dims = profile.tables["ops"]["input_dims"].astype(np.int64)
-    types = profile.tables["ops"]["input_types"].astype(np.int64)
+    ops = profile.tables["ops"]
+    names, dims, types = ops["name"], ops["input_dims"], ops["input_types"]
     n = len(profile.strings) + 1
-    if n ** 3 < 2 ** 62:
-        key = (names[op_idx] + 1) + n * ((dims[op_idx] + 1) + n * (types[op_idx] + 1))
+    if n ** 3 < 2 ** 62:   # gathered first, widened after: no int64 copy of whole columns
+        key = ((names[op_idx].astype(np.int64) + 1)
+               + n * ((dims[op_idx].astype(np.int64) + 1) + n * (types[op_idx].astype(np.int64) + 1)))
         inv, uniq = pd.factorize(key)
         first = np.empty(len(uniq), dtype=np.int64)
         first[inv] = np.arange(len(inv))  # any occurrence stands for its triple
     else:  # pragma: no cover - only with billions of strings
-        trip = np.stack([names[op_idx], dims[op_idx], types[op_idx]], axis=1)
+        trip = np.stack([names[op_idx], dims[op_idx], types[op_idx]], axis=1).astype(np.int64)
         _, first, inv = np.unique(trip, axis=0, return_index=True, return_inverse=True)
     return op_idx[first], inv.reshape(-1)
 
@@ -112,8 +112,9 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = flops / byts
         secs = dur_ns.astype(np.float64) * 1e-9
-        ach_f = np.where(secs > 0, flops / secs, np.nan)
-        ach_b = np.where(secs > 0, byts / secs, np.nan)
+        pos = secs > 0
+        ach_f = np.divide(flops, secs, out=np.full(n, np.nan), where=pos)   # no temporaries: the same values
+        ach_b = np.divide(byts, secs, out=np.full(n, np.nan), where=pos)
     bound = np.full(n, BOUND_UNKNOWN, dtype=np.int8)
     eff = np.full(n, np.nan)
     # peaks per event: by rank and dtype class; the bandwidth roof also by the bytes an event moves (cache levels)
@@ -140,8 +141,8 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
             mem = valid & (intensity < ridge)
             bound[comp] = BOUND_COMPUTE
             bound[mem] = BOUND_MEMORY
-            eff[comp] = ach_f[comp] / e_pf[comp]
-            eff[mem] = ach_b[mem] / e_pb[mem]
+            np.divide(ach_f, e_pf, out=eff, where=comp)
+            np.divide(ach_b, e_pb, out=eff, where=mem)
         for i, r in enumerate(ranks_u.tolist()):  # what the measured peaks of a rank cannot support
             p = peaks.get(r)
             if p is None:
