@@ -27,7 +27,8 @@ from mmprof.analysis.diff_verdict import NOUNS, StepMove, _moves, _verdict  # no
 from mmprof.analysis.engine_steps import describe, engine_steps
 from mmprof.analysis.events import EventFrame, events_of, group_codes
 from mmprof.analysis.ranks import rank_analysis
-from mmprof.analysis.timeline import CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, phase_labels, timeline
+from mmprof.analysis.timeline import (CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, event_phases, phase_mask,
+                                      timeline)
 from mmprof.errors import NoEvidence
 from mmprof.labels import is_marker, module_event
 from mmprof.names import display_name
@@ -230,7 +231,7 @@ class _Side:
 def _side(profile, shape_regions=None) -> _Side:
     ev = events_of(profile, shape_regions=shape_regions)
     layer, role = event_roles(profile, ev)
-    return _Side(profile, ev, timeline(profile, ev), phase_labels(profile, ev.phase), layer, role)
+    return _Side(profile, ev, timeline(profile, ev), event_phases(profile, ev), layer, role)
 
 
 def _choose_phase(b: _Side, a: _Side, phase: str | None) -> tuple[str | None, list[str]]:
@@ -255,7 +256,7 @@ def _work(side: _Side, phase: str | None, rank: int | None) -> tuple[pd.DataFram
     ev = side.events
     m = np.ones(len(ev), dtype=bool)
     if phase is not None:
-        m &= side.phase_lab == phase
+        m &= phase_mask(side.profile, ev, phase)   # == side.phase_lab == phase, per distinct phase id
     if rank is not None:
         m &= ev.rank == rank
     idx = np.flatnonzero(m)

@@ -159,6 +159,24 @@ def _group_cummax(w: np.ndarray, first: np.ndarray, v: np.ndarray) -> np.ndarray
     return np.maximum.accumulate((v - lo) + lift) - lift + lo
 
 
+def _run_sums(w: np.ndarray, heads: np.ndarray, v: np.ndarray, nw: int) -> np.ndarray:
+    """Per window code 0..nw-1, the sum of `v` (int64) over its rows, rows grouped in runs of one window starting at
+    `heads`: `np.bincount(w, weights=v, minlength=nw).astype(np.int64)` without the float pass (integer ns sums are
+    exact either way below 2^53 ns, 104 days)."""
+    out = np.zeros(nw, dtype=np.int64)
+    if len(heads):
+        out[w[heads]] = np.add.reduceat(v.astype(np.int64, copy=False), heads)
+    return out
+
+
+def _sorted_pairs(a: np.ndarray, b: np.ndarray) -> pd.MultiIndex:
+    """`pd.MultiIndex.from_arrays([a, b], names=["w", "reg"])` for pairs already sorted: the levels are the sorted
+    distinct values and the codes their positions, found by binary search instead of hashing."""
+    la, lb = np.unique(a), np.unique(b)
+    return pd.MultiIndex(levels=[la, lb], codes=[np.searchsorted(la, a), np.searchsorted(lb, b)], names=["w", "reg"],
+                         verify_integrity=False)
+
+
 def _sweep(items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per window: span, busy and comm time; per (window, region): non-comm time (see the module docstring).
 
@@ -183,8 +201,7 @@ def _sweep(items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     # per window (codes 0..n-1, every one present, rows sorted by window then start): sums, first start, last end
     nw = int(w[-1]) + 1
     heads = np.flatnonzero(first)
-    win = pd.DataFrame({"busy": np.bincount(w, weights=busy, minlength=nw).astype(np.int64),
-                        "comm": np.bincount(w, weights=comm * busy, minlength=nw).astype(np.int64),
+    win = pd.DataFrame({"busy": _run_sums(w, heads, busy, nw), "comm": _run_sums(w, heads, np.where(comm, busy, 0), nw),
                         "s": start[heads], "e": np.maximum.reduceat(end, heads)},
                        index=pd.Index(w[heads], name="w"))
     win["span"] = win["e"] - win["s"]
@@ -202,7 +219,7 @@ def _sweep(items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         srt = np.argsort(ku)
         ks = ku[srt]
         tot = np.bincount(kinv, weights=own, minlength=len(ku)).astype(np.int64)[srt]
-    reg = pd.Series(tot, index=pd.MultiIndex.from_arrays([ks // nreg, ks % nreg], names=["w", "reg"]), name="own")
+    reg = pd.Series(tot, index=_sorted_pairs(ks // nreg, ks % nreg), name="own")
     return win, reg
 
 
@@ -227,7 +244,7 @@ def _phase_factorize(profile, ev, ev_ph: np.ndarray, c_ph: np.ndarray) -> tuple[
     n = len(ev)
     if not n or ev._memo.get("phase_labels") is not ev_ph:
         return pd.factorize(np.concatenate([ev_ph, c_ph]))
-    inv, uniq = pd.factorize(ev.phase)                       # ids -> their labels: two ids may share one
+    inv, uniq = ev.memo("phase_ids", lambda: pd.factorize(ev.phase))  # ids -> labels: two ids may share one
     first = np.empty(len(uniq), dtype=np.int64)
     first[inv[::-1]] = np.arange(n - 1, -1, -1)
     lab_inv, lab_u = pd.factorize(np.concatenate([ev_ph[first], c_ph]))  # first-appearance order, events first

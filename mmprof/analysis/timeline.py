@@ -189,13 +189,13 @@ def _sorted_codes(a: np.ndarray, as_type=None) -> tuple[np.ndarray, np.ndarray]:
     return u[order], pos[inv]
 
 
-def _phase_codes(profile, phase_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def _phase_codes(profile, phase_ids: np.ndarray, fact=None) -> tuple[np.ndarray, np.ndarray] | None:
     """`_sorted_codes(phase_labels(profile, phase_ids), str)` from the integer phase ids: the labels of the few
     distinct ids are looked up, merged where two ids name the same label, and sorted; no per-event label array.
     None where a label would be missing (a string id the table lacks): the caller takes the per-event path."""
     if len(phase_ids) == 0 or (phase_ids < 0).all():
         return None
-    inv, uniq = pd.factorize(phase_ids)
+    inv, uniq = fact if fact is not None else pd.factorize(phase_ids)
     lab = [profile.string(int(u)) if u >= 0 else "other" for u in np.asarray(uniq).tolist()]
     if any(not isinstance(x, str) for x in lab):
         return None
@@ -207,6 +207,17 @@ def _phase_codes(profile, phase_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return u[order], pos[lcode][inv]
 
 
+def phase_mask(profile, ev: EventFrame, phase: str) -> np.ndarray:
+    """`event_phases(profile, ev) == phase`, decided once per distinct phase id rather than per event."""
+    n = len(ev)
+    if n == 0 or (ev.phase < 0).all():
+        return np.full(n, phase == NO_PHASE, dtype=bool)
+    inv, uniq = ev.memo("phase_ids", lambda: pd.factorize(ev.phase))
+    match = np.array([(profile.string(int(u)) if u >= 0 else "other") == phase for u in np.asarray(uniq).tolist()],
+                     dtype=bool)
+    return match[inv]
+
+
 def event_phases(profile, ev: EventFrame) -> np.ndarray:
     """`phase_labels(profile, ev.phase)`, built once per event frame (timeline, ranks and diff share it)."""
     return ev.memo("phase_labels", lambda: phase_labels(profile, ev.phase))
@@ -215,7 +226,7 @@ def event_phases(profile, ev: EventFrame) -> np.ndarray:
 def event_phase_codes(profile, ev: EventFrame) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct phase labels, code per event) of the frame, built once per frame."""
     def build():
-        fast = _phase_codes(profile, ev.phase)
+        fast = _phase_codes(profile, ev.phase, ev.memo("phase_ids", lambda: pd.factorize(ev.phase)))
         return fast if fast is not None else _sorted_codes(event_phases(profile, ev), str)
     return ev.memo("phase_codes", build)
 
