@@ -334,14 +334,6 @@ def _apply_op_anchors(profile: Any, idx: StructureIndex, t: dict[str, np.ndarray
     if not profile.n("ops") or not roles().ops or not len(rows):
         return
     ops = profile.tables["ops"]
-    codes = _path_codes(t, rows)
-    # the nesting test reads the op's own path: a graph-replayed kernel given an eager twin's op carries the
-    # replay's launch context, not the modules the op ran inside
-    ocodes = np.full(len(rows), -1, np.int64)
-    has_op = op_ref >= 0
-    if has_op.any():
-        ocodes[has_op] = _path_codes(ops, op_ref[has_op])
-    ranks = t["rank"][rows]
     src_ok = np.asarray((out.source == None) | (out.source == "module"), dtype=bool)  # noqa: E711
     cand = np.flatnonzero((op_ref >= 0) & src_ok)
     if not len(cand):
@@ -353,6 +345,14 @@ def _apply_op_anchors(profile: Any, idx: StructureIndex, t: dict[str, np.ndarray
         return
     er = role_u[inv]            # the events whose anchor names a role other than their own
     live = np.flatnonzero((er != None) & (er != out.role[cand]))  # noqa: E711
+    codes = _path_codes(t, rows)
+    # the nesting test reads the op's own path: a graph-replayed kernel given an eager twin's op carries the
+    # replay's launch context, not the modules the op ran inside
+    ocodes = np.full(len(rows), -1, np.int64)
+    has_op = op_ref >= 0
+    if has_op.any():
+        ocodes[has_op] = _path_codes(ops, op_ref[has_op])
+    ranks = t["rank"][rows]
     memo: dict[tuple, int | None] = {}  # (anchor, the event's path, its layer, has a region) -> layer or None
     for j, u in zip(cand[live].tolist(), inv[live].tolist()):
         anchor, role = found[u]

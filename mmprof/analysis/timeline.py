@@ -470,7 +470,8 @@ def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scatte
             arr += np.bincount(owner[sel], weights=seg[sel], minlength=G).astype(np.int64)
     gap = np.flatnonzero(inside & (act == -1) & (seg > 0) & ((kind == KIND_WINDOW) | (kind == KIND_ENGINE)))
     if len(gap):
-        acc.idle += np.bincount(owner[gap], weights=seg[gap], minlength=G).astype(np.int64)
+        og = owner[gap]
+        acc.idle += np.bincount(og, weights=seg[gap], minlength=G).astype(np.int64)
         pts = np.arange(len(t))
         nxt = np.where(d > 0, pts, len(t))
         nxt = np.minimum.accumulate(nxt[::-1])[::-1]          # the next event start at or after each point
@@ -481,14 +482,17 @@ def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scatte
         nxt_e = e[np.minimum(nxt[gap + 1], len(t) - 1)]
         le = np.where(has_next, ev.launch_end[nxt_e], -1)
         host = np.where(has_next & (le > began), seg[gap], 0)
-        # inside an engine step: the part before the next event's launch call began is the host's own work
-        ls = np.where(has_next, ev.launch_start[nxt_e], -1)
-        t_end = t[np.minimum(gap + 1, len(t) - 1)]
-        prep = np.where((kind[gap] == KIND_ENGINE) & (host > 0) & (ls >= 0),
-                        np.clip(np.minimum(t_end, ls) - t[gap], 0, seg[gap]), 0)
-        acc.host += np.bincount(owner[gap], weights=host - prep, minlength=G).astype(np.int64)
-        acc.prep += np.bincount(owner[gap], weights=prep, minlength=G).astype(np.int64)
-        acc.idle -= np.bincount(owner[gap], weights=prep, minlength=G).astype(np.int64)
+        eng = kind[gap] == KIND_ENGINE
+        if not eng.any():               # no engine-step piece: no host work inside a step to split off
+            acc.host += np.bincount(og, weights=host, minlength=G).astype(np.int64)
+        else:
+            # inside an engine step: the part before the next event's launch call began is the host's own work
+            ls = np.where(has_next, ev.launch_start[nxt_e], -1)
+            t_end = t[np.minimum(gap + 1, len(t) - 1)]
+            prep = np.where(eng & (host > 0) & (ls >= 0), np.clip(np.minimum(t_end, ls) - t[gap], 0, seg[gap]), 0)
+            acc.host += np.bincount(og, weights=host - prep, minlength=G).astype(np.int64)
+            acc.prep += np.bincount(og, weights=prep, minlength=G).astype(np.int64)
+            acc.idle -= np.bincount(og, weights=prep, minlength=G).astype(np.int64)
     # each window's extent on the timeline: its pieces
     if m:
         np.minimum.at(acc.own_s, seg_g, seg_a)
