@@ -177,11 +177,11 @@ def _sorted_pairs(a: np.ndarray, b: np.ndarray) -> pd.MultiIndex:
                          verify_integrity=False)
 
 
-def _sweep(items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _sweep(items: dict[str, np.ndarray]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per window: span, busy and comm time; per (window, region): non-comm time (see the module docstring).
 
-    `items` has columns w (window code), start, end, reg (region code), comm (bool)."""
-    w0, s0, e0 = items["w"].to_numpy(), items["start"].to_numpy(), items["end"].to_numpy()
+    `items` holds aligned arrays w (window code), start, end, reg (region code), comm (bool); read, never written."""
+    w0, s0, e0 = (np.asarray(items[k]) for k in ("w", "start", "end"))
     if _sorted(w0, s0, e0):                           # events in time order, one window after another: the usual
         order = np.arange(len(w0))
         w, start, end = w0, s0, e0
@@ -196,7 +196,7 @@ def _sweep(items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     prev[first] = start[first]
     gap = np.where(first, 0, np.maximum(start - prev, 0))
     busy = np.maximum(end - np.maximum(prev, start), 0)
-    comm = items["comm"].to_numpy()[order]
+    comm = np.asarray(items["comm"])[order]
     own = gap + np.where(comm, 0, busy)
     # per window (codes 0..n-1, every one present, rows sorted by window then start): sums, first start, last end
     nw = int(w[-1]) + 1
@@ -206,7 +206,7 @@ def _sweep(items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                        index=pd.Index(w[heads], name="w"))
     win["span"] = win["e"] - win["s"]
     # per (window, region): hashed, then the few distinct pairs sorted (the groupby's sorted MultiIndex)
-    reg_c = items["reg"].to_numpy()[order].astype(np.int64)
+    reg_c = np.asarray(items["reg"])[order].astype(np.int64)
     nreg = int(reg_c.max()) + 1
     key = w.astype(np.int64) * nreg + reg_c
     if nw * nreg <= max(4 * len(key), 1 << 20):   # few (window, region) pairs: one bincount over all of them
@@ -299,22 +299,25 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
                          "role": ev.role[efirst]}).set_index("region")
     # windows (rank, phase, step) as integer codes in order of first appearance (what drop_duplicates gave)
     pinv, pu = _phase_factorize(profile, ev, ev_ph, c_ph)
-    keep = np.ones(len(pinv), dtype=bool)
+    keep = None                       # every row (events, then collective calls), or a mask of the phase's
     if phase is not None:
         have = set(pu.tolist())
         if phase not in have:
             raise NoEvidence(f"the profile has no {phase!r} phase (it has: {', '.join(sorted(have))})")
         keep = pinv == pu.tolist().index(phase)
-    rank_all = np.concatenate([ev.rank, calls.rank])[keep]
-    step_all = np.concatenate([ev.step, calls.step])[keep]
-    w, first = group_codes(rank_all, pinv[keep], step_all)
+
+    def rows(ev_part: np.ndarray, call_part: np.ndarray) -> np.ndarray:
+        both = np.concatenate([ev_part, call_part]) if len(call_part) else ev_part
+        return both if keep is None else both[keep]
+
+    rank_all, step_all, pk = rows(ev.rank, calls.rank), rows(ev.step, calls.step), rows(pinv, pinv[:0])
+    w, first = group_codes(rank_all, pk, step_all)
     nw = len(first)
-    wk = pd.DataFrame({"rank": rank_all[first], "phase": pu[pinv[keep][first]], "step": step_all[first],
+    wk = pd.DataFrame({"rank": rank_all[first], "phase": pu[pk[first]], "step": step_all[first],
                        "w": np.arange(nw)})
-    items = pd.DataFrame({"w": w, "start": np.concatenate([ev.start, calls.start])[keep],
-                          "end": np.concatenate([ev.end, calls.start + calls.dur])[keep], "reg": rcodes[keep],
-                          "comm": np.concatenate([ev.cat == CAT_COMM, np.ones(nc, dtype=bool)])[keep]})
-    win, reg = _sweep(items) if len(items) else (pd.DataFrame(), pd.Series(dtype=float))
+    items = {"w": w, "start": rows(ev.start, calls.start), "end": rows(ev.end, calls.start + calls.dur),
+             "reg": rows(rcodes, rcodes[:0]), "comm": rows(ev.cat == CAT_COMM, np.ones(nc, dtype=bool))}
+    win, reg = _sweep(items) if len(w) else (pd.DataFrame(), pd.Series(dtype=float))
     wk = wk.join(win, on="w")
     # windows outside every step of a phase that has steps are scattered work (set-up, sampling): left out
     stepped = wk[wk["step"] >= 0].groupby(["rank", "phase"]).size()
