@@ -105,7 +105,10 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
         tot = np.bincount(calls, weights=dur_ns[idx].astype(np.float64), minlength=ncalls)
         cnt = np.bincount(calls, minlength=ncalls)
         denom = tot[calls]
-        share = np.where(denom > 0, dur_ns[idx] / np.where(denom > 0, denom, 1), 1.0 / cnt[calls])
+        pos = denom > 0
+        share = np.divide(dur_ns[idx], denom, out=np.empty(len(idx)), where=pos)  # by duration; equally if none
+        if not pos.all():
+            share[~pos] = 1.0 / cnt[calls[~pos]]
         flops[idx] = u_fl[inv] * share
         byts[idx] = u_by[inv] * share
         dcls[idx] = u_dc[inv]
