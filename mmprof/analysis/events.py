@@ -75,7 +75,7 @@ def _column_codes(col: np.ndarray) -> tuple[np.ndarray, int]:
     if n and col.dtype.kind in "iu":
         lo, hi = int(col.min()), int(col.max())
         if hi - lo < max(4 * n, 1 << 16):
-            return col.astype(np.int64) - lo, hi - lo + 1
+            return np.subtract(col, lo, dtype=np.int64), hi - lo + 1   # one pass, widened as it goes
     cinv, cu = pd.factorize(col, use_na_sentinel=False)
     return cinv, len(cu)
 

@@ -124,37 +124,37 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
     rinv, ranks_u = pd.factorize(rank) if n else (np.array([], dtype=np.int64), np.array([], dtype=np.int64))
     ranks_u = np.asarray(ranks_u)
     pf = np.full((len(ranks_u), len(_DTYPES)), np.nan)
-    e_pb = np.full(n, np.nan)
+    ok = np.flatnonzero((dcls >= 0) & np.isfinite(intensity))   # the events a bound can be given: only these
+    r_ok = rinv[ok]                                             # need the roofs
+    e_pb = np.full(len(ok), np.nan)
     for i, r in enumerate(ranks_u.tolist()):
         p = peaks.get(r)
         if p is not None:
-            m = rinv == i
-            e_pb[m] = p.mem_bytes_per_s(byts[m])
+            m = r_ok == i
+            e_pb[m] = p.mem_bytes_per_s(byts[ok[m]])
             for k, d in enumerate(_DTYPES):
                 v = p.flops_per_s(d)
                 pf[i, k] = np.nan if v is None else v
-    ok = (dcls >= 0) & np.isfinite(intensity)
-    if ok.any():
-        e_pf = np.full(n, np.nan)
-        e_pf[ok] = pf[rinv[ok], dcls[ok]]
+    if len(ok):
+        e_pf = pf[r_ok, dcls[ok]]
         with np.errstate(divide="ignore", invalid="ignore"):
             ridge = e_pf / e_pb
-            valid = ok & np.isfinite(ridge)
-            comp = valid & (intensity >= ridge)
-            mem = valid & (intensity < ridge)
+            valid = np.isfinite(ridge)
+            it = intensity[ok]
+            c_sub, m_sub = valid & (it >= ridge), valid & (it < ridge)
+            comp, mem = ok[c_sub], ok[m_sub]                    # event indices
             bound[comp] = BOUND_COMPUTE
             bound[mem] = BOUND_MEMORY
-            np.divide(ach_f, e_pf, out=eff, where=comp)
-            np.divide(ach_b, e_pb, out=eff, where=mem)
+            eff[comp] = ach_f[comp] / e_pf[c_sub]
+            eff[mem] = ach_b[mem] / e_pb[m_sub]
         for i, r in enumerate(ranks_u.tolist()):  # what the measured peaks of a rank cannot support
             p = peaks.get(r)
             if p is None:
                 continue
-            m = rinv == i
             if not p.compute_eff:
-                eff[m & comp] = np.nan
+                eff[comp[rinv[comp] == i]] = np.nan
             if p.min_mem_bytes:
-                eff[m & mem & (byts < p.min_mem_bytes)] = np.nan
+                eff[mem[(rinv[mem] == i) & (byts[mem] < p.min_mem_bytes)]] = np.nan
         over = np.isfinite(eff) & (eff > OVER_PEAK)
         if over.any():  # never silently: either the peak or the shape-based work estimate is off
             warnings.append(_over_peak(profile, op_idx, eff, over, peaks, rank, bound))
