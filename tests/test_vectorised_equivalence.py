@@ -102,3 +102,21 @@ def test_phase_labels_and_codes_from_ids_equal_the_per_event_labels(phases, coll
     inv, uniq = _phase_factorize(p, ev, ev_ph, c_ph)
     rinv, runiq = pd.factorize(both)
     assert np.array_equal(inv, rinv) and list(uniq) == list(runiq)
+
+
+def test_diff_turns_huge_pages_off_only_while_it_runs():
+    """`diff_profiles` asks numpy not to madvise huge pages for its short-lived arrays (a kernel hint, no result
+    changes) and restores the caller's setting afterwards, also when it raises."""
+    from mmprof.analysis.diff import _SET_HUGEPAGE, _short_lived_arrays
+
+    if _SET_HUGEPAGE is None:
+        pytest.skip("this numpy has no madvise switch: the diff leaves the setting alone")  # numpy < 1.20 only
+    orig = _SET_HUGEPAGE(True)
+    for before in (True, False):
+        _SET_HUGEPAGE(before)
+        with pytest.raises(RuntimeError):
+            with _short_lived_arrays():
+                assert _SET_HUGEPAGE(False) is False       # off inside
+                raise RuntimeError("boom")
+        assert _SET_HUGEPAGE(True) is before                # restored
+    _SET_HUGEPAGE(orig)
