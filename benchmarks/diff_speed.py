@@ -134,8 +134,8 @@ def timed(cmd: list[str]) -> dict:
         fo.seek(0)
         fe.seek(0)
         out, err = fo.read().decode(errors="replace"), fe.read().decode(errors="replace")
-    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024, "rc": proc.returncode,
-            "out": out, "err": err}
+    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "sys": ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024,
+            "rc": proc.returncode, "out": out, "err": err}
 
 
 def cpu_model() -> str:
@@ -198,10 +198,12 @@ def main() -> None:
         "cli_over_load": med([r["cli"]["wall"] / r["load"]["wall"] for r in rounds]),
         "cli_over_load_cpu": med([r["cli"]["cpu"] / r["load"]["cpu"] for r in rounds]),
         "cli_cpu_s": med([r["cli"]["cpu"] for r in rounds]), "load_cpu_s": med([r["load"]["cpu"] for r in rounds]),
+        "cli_sys_s": med([r["cli"]["sys"] for r in rounds]), "load_sys_s": med([r["load"]["sys"] for r in rounds]),
         "cli_rss_mb": med([r["cli"]["rss_mb"] for r in rounds]), "load_rss_mb": med([r["load"]["rss_mb"] for r in rounds]),
         "cli_ok": all(r["ok"] for r in rounds), "goal": "cli_json_s < 5 and cli_over_load <= 2",
         "path_changes": len(res.path_changes), "machine": f"{cpu_model()}, {os.cpu_count()} cpus",
-        "load_avg": round(os.getloadavg()[0], 1), "python": platform.python_version(),
+        "load_avg": round(os.getloadavg()[0], 1),
+        "numpy_madvise_hugepage": os.environ.get("NUMPY_MADVISE_HUGEPAGE", "default"), "python": platform.python_version(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S")}))
 
 

@@ -1,7 +1,7 @@
 """Work on long kernel names is linear in their length; prints one JSON line.
 
 Issue 25: "a 1 MiB kernel name makes `summary` take 43 s and `report` 79 s: quadratic work on names". Names are
-cut at import (mmprof.profiles.model.MAX_NAME_CHARS, head + tail + hash), so a command never sees more than that;
+cut at import (mmprof.profiles.profile.MAX_NAME_CHARS, head + tail + hash), so a command never sees more than that;
 this measures the name functions on UNCUT names of growing length (a caller that skips the cut must still be
 linear) and the commands on a trace holding names of 1 MiB.
 

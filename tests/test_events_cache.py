@@ -8,9 +8,10 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pytest
 
 from mmprof.analysis.classify import default_rules
-from mmprof.analysis.events import events_of
+from mmprof.analysis.events import content_hash, events_of
 from tests.profile_builder import Synth
 
 
@@ -90,3 +91,53 @@ def test_a_pickled_or_deep_copied_profile_starts_with_an_empty_cache():
         assert q.derived is not p.derived
         b = events_of(q)
         assert b is not a and b.profile is q and list(b.dur) == list(a.dur)
+
+
+def _kernels_only(n: int):
+    s = Synth()
+    for i in range(n):
+        s.kernel("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn", 1000 + 600 * i, 500 + i % 7, phase="decode", step=1)
+    return s.build()
+
+
+def test_a_permutation_in_place_rebuilds():
+    """A sort in place keeps every value (so a sum or XOR of the column would not change) but moves them: the
+    stamp's hash weighs each word by its position (`mmprof.analysis.events.content_hash`)."""
+    p = _kernels_only(40)
+    a = events_of(p)
+    p.tables["kernels"]["dur_ns"][::-1].sort()          # descending, in place
+    b = events_of(p)
+    assert b is not a and list(b.dur) == sorted(a.dur.tolist(), reverse=True)
+
+
+def test_content_hash_sees_any_one_word_and_swaps_in_any_block():
+    """Any one changed word changes its block's weighted sum (odd weight x non-zero difference is never 0 mod
+    2^64), in the first block, a later one and the tail; a swap of two words changes it too; so do the last bytes
+    of a column whose length is not a multiple of 8 bytes."""
+    a = np.arange(3 * 65536 + 5, dtype=np.int64)
+    h = content_hash(a)
+    for i in (0, 65535, 65536 * 2 + 17, len(a) - 1):
+        b = a.copy()
+        b[i] += 1
+        assert content_hash(b) != h, i
+    b = a.copy()
+    b[[70000, 130000]] = b[[130000, 70000]]
+    assert content_hash(b) != h
+    c = np.arange(11, dtype=np.int32)
+    d = c.copy()
+    d[-1] = 0
+    assert content_hash(c) != content_hash(d)
+    assert content_hash(a) == content_hash(a.copy())  # the same bytes, the same stamp
+
+
+def test_frame_columns_are_read_only_views_when_no_memcpy():
+    """Without memcpy rows the frame shares the kernel columns instead of copying them; it must never write into
+    the profile through them (they are read-only), and a write to the profile still rebuilds the frame."""
+    p = _kernels_only(5)
+    a = events_of(p)
+    assert not a.dur.flags.writeable and not a.start.flags.writeable
+    with pytest.raises(ValueError):
+        a.dur[0] = 1
+    assert p.tables["kernels"]["dur_ns"][0] == 500
+    p.tables["kernels"]["dur_ns"][0] = 900
+    assert events_of(p) is not a and events_of(p).dur[0] == 900

@@ -17,17 +17,20 @@ counts compare; with no step markers they are totals. Vectorised: the events are
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from mmprof.analysis.diff_setup import _setup, plain_timing_change, setup_mismatch  # noqa: F401 (re-exported)
 from mmprof.analysis.diff_verdict import NOUNS, StepMove, _moves, _verdict  # noqa: F401 (NOUNS: re-exported)
 from mmprof.analysis.engine_steps import describe, engine_steps
 from mmprof.analysis.events import EventFrame, events_of, group_codes
 from mmprof.analysis.ranks import rank_analysis
-from mmprof.analysis.timeline import CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, phase_labels, timeline
+from mmprof.analysis.timeline import (CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, event_phases, phase_mask,
+                                      timeline)
 from mmprof.errors import NoEvidence
 from mmprof.labels import is_marker, module_event
 from mmprof.names import display_name
@@ -230,7 +233,7 @@ class _Side:
 def _side(profile, shape_regions=None) -> _Side:
     ev = events_of(profile, shape_regions=shape_regions)
     layer, role = event_roles(profile, ev)
-    return _Side(profile, ev, timeline(profile, ev), phase_labels(profile, ev.phase), layer, role)
+    return _Side(profile, ev, timeline(profile, ev), event_phases(profile, ev), layer, role)
 
 
 def _choose_phase(b: _Side, a: _Side, phase: str | None) -> tuple[str | None, list[str]]:
@@ -255,7 +258,7 @@ def _work(side: _Side, phase: str | None, rank: int | None) -> tuple[pd.DataFram
     ev = side.events
     m = np.ones(len(ev), dtype=bool)
     if phase is not None:
-        m &= side.phase_lab == phase
+        m &= phase_mask(side.profile, ev, phase)   # == side.phase_lab == phase, per distinct phase id
     if rank is not None:
         m &= ev.rank == rank
     idx = np.flatnonzero(m)
@@ -341,62 +344,34 @@ def _path_changes(vb: dict, va: dict) -> list[PathChange]:
     return sorted(out, key=lambda p: -p.weight)
 
 
-def plain_timing_change(before, after) -> dict[str, Any] | None:
-    """Tokens/s measured without the profiler, when both profiles carry them (`mmprof run` stores them in
-    meta.run): the profile's own step times are stretched by the profiler, these are not."""
-    def tps(p):
-        run = (getattr(p, "meta", None) or {}).get("run") or {}
-        return (run.get("tokens_per_s") or {}).get("plain"), run.get("dilation_by_phase") or {}
-    (pb, db), (pa, da) = tps(before), tps(after)
-    if not isinstance(pb, dict) or not isinstance(pa, dict):
-        return None
-    out: dict[str, Any] = {"before": pb, "after": pa, "change": {}}
-    parts = []
-    for ph in ("decode", "prefill"):
-        if pb.get(ph) and pa.get(ph):
-            ch = pa[ph] / pb[ph] - 1.0
-            out["change"][ph] = ch
-            parts.append(f"{ph} {pb[ph]:,.1f} -> {pa[ph]:,.1f} tok/s ({ch:+.0%})")
-    if not parts:
-        return None
-    text = "without the profiler (mmprof run's plain timing): " + ", ".join(parts)
-    fb, fa = (db.get("full") or {}).get("decode"), (da.get("full") or {}).get("decode")
-    if fb and fa:
-        text += f"; profiler dilation of decode {fb:.2f}x -> {fa:.2f}x"
-        out["decode_dilation"] = {"before": fb, "after": fa}
-    out["text"] = text
-    return out
+_SET_HUGEPAGE = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
 
 
-def _setup(profile) -> dict[str, set[str]]:
-    """Vendor, device, tool and model of a profile, as far as its metadata says (empty sets: unknown)."""
-    meta = profile.meta if isinstance(profile.meta, dict) else {}
-    devs = [d for r in meta.get("ranks") or [] if isinstance(r, dict)
-            for d in (r.get("devices") or []) if isinstance(d, dict)]
-    src = meta.get("source") if isinstance(meta.get("source"), dict) else {}
-    model = meta.get("model") if isinstance(meta.get("model"), dict) else {}
-    tool = src.get("tool") or src.get("format")
-    return {"vendor": {d["vendor"] for d in devs if isinstance(d.get("vendor"), str)},
-            "device": {d["name"] for d in devs if isinstance(d.get("name"), str)},
-            "tool": {str(tool).split(",")[0].strip()} if tool else set(),
-            "model": {str(model.get("name"))} if model.get("name") else set()}
-
-
-def setup_mismatch(before, after) -> str | None:
-    """One warning when the two sides ran on different vendors or devices, were recorded by different tools or ran
-    different models: a diff across them compares set-ups, not a change."""
-    sb, sa = _setup(before), _setup(after)
-    diffs = [f"{k} {'/'.join(sorted(sb[k]))} vs {'/'.join(sorted(sa[k]))}" for k in ("vendor", "device", "tool", "model")
-             if sb[k] and sa[k] and sb[k] != sa[k]]
-    if not diffs:
-        return None
-    return ("the two sides differ in " + "; ".join(diffs) + ": differences below mix the set-up with the change, "
-            "so no verdict is about the change alone")
+@contextmanager
+def _short_lived_arrays():
+    """Inside: numpy does not ask the kernel for huge pages (madvise MADV_HUGEPAGE) for new arrays. A diff allocates
+    many short-lived arrays of a few MB per million events; where transparent huge pages are on `madvise` with
+    defrag `madvise` (this project's VM), each first touch of such an array may compact memory synchronously,
+    which cost up to 1 s of system time per diff of 2 x 1M kernels (docs/benchmarks.md "Diff speed"). Only a
+    hint to the kernel: no result changes. The previous setting is restored on the way out."""
+    if _SET_HUGEPAGE is None:
+        yield
+        return
+    prev = _SET_HUGEPAGE(False)
+    try:
+        yield
+    finally:
+        _SET_HUGEPAGE(prev)
 
 
 def diff_profiles(before, after, phase: str | None = None, rank: int | None = None, shape_regions=(None, None),
                   labels: tuple[str, str] = ("before", "after")) -> DiffResult:
     """Compare two Profiles (see the module docstring). Raises NoEvidence when there is nothing to compare."""
+    with _short_lived_arrays():
+        return _diff_profiles(before, after, phase, rank, shape_regions, labels)
+
+
+def _diff_profiles(before, after, phase, rank, shape_regions, labels) -> DiffResult:
     b, a = _side(before, shape_regions[0]), _side(after, shape_regions[1])
     warnings = [w if w in a.events.warnings else f"before: {w}" for w in b.events.warnings]
     warnings += [f"after: {w}" for w in a.events.warnings if w not in b.events.warnings]

@@ -57,23 +57,50 @@ def group_codes(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     key = np.zeros(n, dtype=np.int64)
     radix = 1                                        # distinct values key can take so far
     for col in cols:
-        cinv, cu = pd.factorize(col, use_na_sentinel=False)
-        if radix * max(len(cu), 1) >= 1 << 62:       # re-densify only when the key could overflow
+        cinv, ncu = _column_codes(col)
+        if radix * max(ncu, 1) >= 1 << 62:           # re-densify only when the key could overflow
             key = pd.factorize(key)[0].astype(np.int64)
             radix = int(key.max()) + 1 if n else 1
-        key = key * len(cu) + cinv
-        radix *= max(len(cu), 1)
+        key = key * ncu + cinv
+        radix *= max(ncu, 1)
     key = pd.factorize(key)[0].astype(np.int64)
     first = np.empty(int(key.max()) + 1 if n else 0, dtype=np.int64)
     first[key[::-1]] = np.arange(n - 1, -1, -1)     # repeated indices: the last write (the first row) wins
     return key, first
 
 
+def _column_codes(col: np.ndarray) -> tuple[np.ndarray, int]:
+    """(code per row, number of codes) of one column, a bijection of its values: an integer column of a narrow
+    range (string ids, Categorical codes, layers, ranks, steps) as its offset from the minimum - no hashing -,
+    anything else factorized. `group_codes` numbers the combinations afterwards, so the codes' order is free."""
+    n = len(col)
+    if n and col.dtype.kind in "iu":
+        lo, hi = int(col.min()), int(col.max())
+        if hi - lo < max(4 * n, 1 << 16):
+            return np.subtract(col, lo, dtype=np.int64), hi - lo + 1   # one pass, widened as it goes
+    cinv, cu = pd.factorize(col, use_na_sentinel=False)
+    return cinv, len(cu)
+
+
 def expand(values_per_unique, inv: np.ndarray) -> pd.Categorical:
     """A Categorical with one entry per event from values given per unique key (`inv` maps event -> key)."""
     vals = pd.Series(list(values_per_unique), dtype=object)
     c, cats = pd.factorize(vals, use_na_sentinel=True)
+    c = c.astype(np.int8 if len(cats) < 127 else np.int16 if len(cats) < 32767 else np.int64)  # the codes' dtype
     return pd.Categorical.from_codes(c[inv] if len(inv) else np.zeros(0, np.int64), categories=cats)
+
+
+def _cat(a: np.ndarray, b: np.ndarray, copy: bool = True) -> np.ndarray:
+    """`np.concatenate([a, b])`, without the copy when `b` is empty (a profile with no memcpy rows): then `a`
+    itself, or, for a profile column (`copy`), a read-only view of it - the frame never writes into the profile
+    and nothing writes into the frame through it."""
+    if len(b) or np.result_type(a, b) != a.dtype:
+        return np.concatenate([a, b])
+    if not copy:
+        return a
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 @dataclass
@@ -113,9 +140,18 @@ class EventFrame:
     graph_align: Any = None   # mmprof.analysis.graph_align.AlignStats of the replays aligned with eager kernels
     inductor: Any = None      # mmprof.analysis.inductor.InductorStats: the Inductor kernels placed and not
     _frame: Any = field(default=None, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)  # derived per-event arrays the analyses share (`memo`)
 
     def __len__(self) -> int:
         return len(self.rank)
+
+    def memo(self, key: str, build):
+        """A value derived from this frame's arrays (phase labels, codes), built once by `build()` and shared by
+        the analyses that read it (timeline, ranks and diff each need the same phase labels). Callers must treat
+        it as read-only."""
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]
 
     @property
     def classified(self) -> np.ndarray:
@@ -187,8 +223,9 @@ def _launch_times(profile, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ok = (ref >= 0) & (ref < nl)
     ls = np.full(len(ref), -1, dtype=np.int64)
     le = np.full(len(ref), -1, dtype=np.int64)
-    ls[ok] = L["start_ns"][ref[ok]]
-    le[ok] = L["start_ns"][ref[ok]] + L["dur_ns"][ref[ok]]
+    r = ref[ok]
+    ls[ok] = L["start_ns"][r]
+    le[ok] = ls[ok] + L["dur_ns"][r]
     return ls, le
 
 
@@ -248,10 +285,10 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     per_u["library"] += [None] * len(mk_u)
     per_u["path"] += ["neutral"] * len(mk_u)
     per_u["rule"] += ["memcpy"] * len(mk_u)
-    op = np.concatenate([K["op"], M["op"]]).astype(np.int64)
-    rank = np.concatenate([K["rank"], M["rank"]])
-    dur = np.concatenate([K["dur_ns"], M["dur_ns"]])
-    graph = np.concatenate([K["graph"], M["graph"]]).astype(np.int64)
+    op = _cat(K["op"], M["op"]).astype(np.int64, copy=False)
+    rank = _cat(K["rank"], M["rank"])
+    dur = _cat(K["dur_ns"], M["dur_ns"])
+    graph = _cat(K["graph"], M["graph"]).astype(np.int64, copy=False)
     call = call_ids(op, graph, profile.n("launches")) if (graph >= 0).any() else None
     roof = event_roofline(profile, op, dur, rank, np.concatenate([eligible, np.zeros(nm, dtype=bool)]), call)
     family = expand(per_u["family"], inv_all)
@@ -271,20 +308,20 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
         _outside_model(profile, "memcpy", reg_m)
     kls, kle = _launch_times(profile, K["launch"])
     mls, mle = _launch_times(profile, M["launch"])
-    start = np.concatenate([K["start_ns"], M["start_ns"]])
+    start = _cat(K["start_ns"], M["start_ns"])
     return EventFrame(
         source="kernels", table=np.concatenate([np.full(nk, TABLE_KERNELS, np.int8), np.full(nm, TABLE_MEMCPY, np.int8)]),
-        row=np.concatenate([krows, np.arange(nm)]), rank=rank,
-        stream=np.concatenate([K["stream"], M["stream"]]), start=start, end=start + dur, dur=dur,
-        name=np.concatenate([K["name"], M["name"]]), scope=np.concatenate([K["scope"], M["scope"]]),
-        phase=np.concatenate([K["phase"], M["phase"]]), step=np.concatenate([K["step"], M["step"]]),
-        launch_start=np.concatenate([kls, mls]), launch_end=np.concatenate([kle, mle]), op=op,
+        row=_cat(krows, np.arange(nm), copy=False), rank=rank,
+        stream=_cat(K["stream"], M["stream"]), start=start, end=start + dur, dur=dur,
+        name=_cat(K["name"], M["name"]), scope=_cat(K["scope"], M["scope"]),
+        phase=_cat(K["phase"], M["phase"]), step=_cat(K["step"], M["step"]),
+        launch_start=_cat(kls, mls, copy=False), launch_end=_cat(kle, mle, copy=False), op=op,
         graph=graph,
         family=family, variant=expand(per_u["variant"], inv_all), library=expand(per_u["library"], inv_all),
         path=expand(per_u["path"], inv_all), rule=expand(per_u["rule"], inv_all), cat=cat,
-        layer=np.concatenate([reg_k.layer, reg_m.layer]), role=np.concatenate([reg_k.role, reg_m.role]),
-        region=np.concatenate([reg_k.region, reg_m.region]),
-        label_source=np.concatenate([reg_k.source, reg_m.source]), roof=roof, profile=profile,
+        layer=_cat(reg_k.layer, reg_m.layer, copy=False), role=_cat(reg_k.role, reg_m.role, copy=False),
+        region=_cat(reg_k.region, reg_m.region, copy=False),
+        label_source=_cat(reg_k.source, reg_m.source, copy=False), roof=roof, profile=profile,
         notes=list(roof.notes) + ([ind.note()] if ind.note() else []), warnings=list(roof.warnings),
         graph_align=replay_align, inductor=ind)
 
@@ -398,11 +435,40 @@ def _cpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     return frame
 
 
+_HASH_BLOCK = 1 << 16
+_HASH_WEIGHTS: list[np.ndarray] = []  # one odd pseudo-random uint64 weight per word of a block (fixed seed)
+
+
+def _weights() -> np.ndarray:
+    if not _HASH_WEIGHTS:
+        w = np.random.default_rng(0x6D6D70726F66).integers(0, 1 << 63, _HASH_BLOCK, dtype=np.uint64)
+        _HASH_WEIGHTS.append((w << np.uint64(1)) | np.uint64(1))
+    return _HASH_WEIGHTS[0]
+
+
+def content_hash(a: np.ndarray) -> tuple:
+    """A position-sensitive hash of an array's bytes, at memory speed: the bytes read as 64-bit words, per block
+    of 65,536 words the sum of word x odd weight (mod 2^64; one matrix-vector product), and a CRC-32 of the
+    block sums and of the tail bytes. Changing any one word changes its block's sum (an odd weight times a
+    non-zero difference is never 0 mod 2^64); several changes in one block (a permutation, a sort) cancel only
+    by a 2^-64-scale coincidence. About 4x faster than a CRC-32 of the bytes."""
+    buf = memoryview(np.ascontiguousarray(a)).cast("B")
+    nw = len(buf) // 8
+    words = np.frombuffer(buf, dtype="<u8", count=nw)
+    nb = nw // _HASH_BLOCK
+    with np.errstate(over="ignore"):
+        sums = words[:nb * _HASH_BLOCK].reshape(nb, _HASH_BLOCK) @ _weights() if nb else np.zeros(0, np.uint64)
+        rest = words[nb * _HASH_BLOCK:]
+        last = rest @ _weights()[:len(rest)] if len(rest) else np.uint64(0)
+    return nb, zlib.crc32(sums.tobytes() + np.uint64(last).tobytes() + bytes(buf[nw * 8:]))
+
+
 def _stamp(profile: Any) -> tuple:
-    """What the frame is built from, cheaply: every table column's length, dtype and CRC-32 of its bytes (an
-    in-place write such as graph-replay attribution changes it), the string count and the metadata (device peaks
-    feed the roofline). About 30 ms per 70 MB of columns: far below the cost of building a frame."""
-    cols = tuple((t, c, a.dtype.str, len(a), zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B")))
+    """What the frame is built from, cheaply: every table column's length, dtype and content hash
+    (`content_hash`: an in-place write such as graph-replay attribution changes it), the string count and the
+    metadata (device peaks feed the roofline). About 8 ms per 70 MB of columns: far below the cost of building
+    a frame."""
+    cols = tuple((t, c, a.dtype.str, len(a), content_hash(a))
                  for t, table in sorted(profile.tables.items()) for c, a in sorted(table.items()))
     meta = zlib.crc32(json.dumps(profile.meta, sort_keys=True, default=str).encode())
     return cols, len(profile.strings), meta

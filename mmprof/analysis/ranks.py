@@ -25,7 +25,7 @@ import pandas as pd
 from mmprof.analysis.collectives import CollectiveStat, align_calls, collective_stats
 from mmprof.analysis.engine_steps import describe, engine_steps
 from mmprof.analysis.events import CAT_COMM, events_of, group_codes
-from mmprof.analysis.timeline import phase_labels
+from mmprof.analysis.timeline import event_phases, phase_labels
 from mmprof.errors import NoEvidence
 from mmprof.units import fmt_ns
 
@@ -146,11 +146,42 @@ def _sorted(w: np.ndarray, s: np.ndarray, e: np.ndarray) -> bool:
     return bool(np.all((dw > 0) | ((dw == 0) & ((ds > 0) | ((ds == 0) & (e[1:] >= e[:-1]))))))
 
 
-def _sweep(items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _group_cummax(w: np.ndarray, first: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The running maximum of `v` within each run of equal `w` (rows grouped by window): one running maximum over
+    the whole array, each run lifted above every earlier run's values; a groupby where the lift could overflow."""
+    if not len(v):
+        return v.copy()
+    lo, hi = int(v.min()), int(v.max())
+    runs = int(first.sum())
+    if (hi - lo + 1) * runs >= 1 << 62:
+        return pd.Series(v).groupby(w, sort=False).cummax().to_numpy()
+    lift = (np.cumsum(first) - 1) * (hi - lo + 1)
+    return np.maximum.accumulate((v - lo) + lift) - lift + lo
+
+
+def _run_sums(w: np.ndarray, heads: np.ndarray, v: np.ndarray, nw: int) -> np.ndarray:
+    """Per window code 0..nw-1, the sum of `v` (int64) over its rows, rows grouped in runs of one window starting at
+    `heads`: `np.bincount(w, weights=v, minlength=nw).astype(np.int64)` without the float pass (integer ns sums are
+    exact either way below 2^53 ns, 104 days)."""
+    out = np.zeros(nw, dtype=np.int64)
+    if len(heads):
+        out[w[heads]] = np.add.reduceat(v.astype(np.int64, copy=False), heads)
+    return out
+
+
+def _sorted_pairs(a: np.ndarray, b: np.ndarray) -> pd.MultiIndex:
+    """`pd.MultiIndex.from_arrays([a, b], names=["w", "reg"])` for pairs already sorted: the levels are the sorted
+    distinct values and the codes their positions, found by binary search instead of hashing."""
+    la, lb = np.unique(a), np.unique(b)
+    return pd.MultiIndex(levels=[la, lb], codes=[np.searchsorted(la, a), np.searchsorted(lb, b)], names=["w", "reg"],
+                         verify_integrity=False)
+
+
+def _sweep(items: dict[str, np.ndarray]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per window: span, busy and comm time; per (window, region): non-comm time (see the module docstring).
 
-    `items` has columns w (window code), start, end, reg (region code), comm (bool)."""
-    w0, s0, e0 = items["w"].to_numpy(), items["start"].to_numpy(), items["end"].to_numpy()
+    `items` holds aligned arrays w (window code), start, end, reg (region code), comm (bool); read, never written."""
+    w0, s0, e0 = (np.asarray(items[k]) for k in ("w", "start", "end"))
     if _sorted(w0, s0, e0):                           # events in time order, one window after another: the usual
         order = np.arange(len(w0))
         w, start, end = w0, s0, e0
@@ -159,32 +190,73 @@ def _sweep(items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         w, start, end = w0[order], s0[order], e0[order]
     first = np.ones(len(w), dtype=bool)
     first[1:] = w[1:] != w[:-1]
-    cm = pd.Series(end).groupby(w, sort=False).cummax().to_numpy()
+    cm = _group_cummax(w, first, end)
     prev = np.empty_like(cm)
     prev[1:] = cm[:-1]
     prev[first] = start[first]
     gap = np.where(first, 0, np.maximum(start - prev, 0))
     busy = np.maximum(end - np.maximum(prev, start), 0)
-    comm = items["comm"].to_numpy()[order]
+    comm = np.asarray(items["comm"])[order]
     own = gap + np.where(comm, 0, busy)
     # per window (codes 0..n-1, every one present, rows sorted by window then start): sums, first start, last end
     nw = int(w[-1]) + 1
     heads = np.flatnonzero(first)
-    win = pd.DataFrame({"busy": np.bincount(w, weights=busy, minlength=nw).astype(np.int64),
-                        "comm": np.bincount(w, weights=comm * busy, minlength=nw).astype(np.int64),
+    win = pd.DataFrame({"busy": _run_sums(w, heads, busy, nw), "comm": _run_sums(w, heads, np.where(comm, busy, 0), nw),
                         "s": start[heads], "e": np.maximum.reduceat(end, heads)},
                        index=pd.Index(w[heads], name="w"))
     win["span"] = win["e"] - win["s"]
     # per (window, region): hashed, then the few distinct pairs sorted (the groupby's sorted MultiIndex)
-    reg_c = items["reg"].to_numpy()[order].astype(np.int64)
+    reg_c = np.asarray(items["reg"])[order].astype(np.int64)
     nreg = int(reg_c.max()) + 1
-    kinv, ku = pd.factorize(w.astype(np.int64) * nreg + reg_c)
-    ku = np.asarray(ku)
-    srt = np.argsort(ku)
-    tot = np.bincount(kinv, weights=own, minlength=len(ku)).astype(np.int64)[srt]
-    reg = pd.Series(tot, index=pd.MultiIndex.from_arrays([ku[srt] // nreg, ku[srt] % nreg], names=["w", "reg"]),
-                    name="own")
+    key = w.astype(np.int64) * nreg + reg_c
+    if nw * nreg <= max(4 * len(key), 1 << 20):   # few (window, region) pairs: one bincount over all of them
+        cnt = np.bincount(key, minlength=nw * nreg)
+        ks = np.flatnonzero(cnt)
+        tot = np.bincount(key, weights=own, minlength=nw * nreg)[ks].astype(np.int64)
+    else:
+        kinv, ku = pd.factorize(key)
+        ku = np.asarray(ku)
+        srt = np.argsort(ku)
+        ks = ku[srt]
+        tot = np.bincount(kinv, weights=own, minlength=len(ku)).astype(np.int64)[srt]
+    reg = pd.Series(tot, index=_sorted_pairs(ks // nreg, ks % nreg), name="own")
     return win, reg
+
+
+def _phases(profile, ev, c_phase: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Phase labels of the events and of the collectives table's rows, as `phase_labels` of both together gives
+    them; the events' from the frame's shared labels (`timeline.event_phases`) where that is the same thing (the
+    events have phases, or nothing has)."""
+    if len(ev) and ((ev.phase >= 0).any() or not (c_phase >= 0).any()):
+        ev_ph = event_phases(profile, ev)
+        if not (ev.phase >= 0).any():                 # nothing has a phase: all NO_PHASE
+            return ev_ph, np.full(len(c_phase), ev_ph[0], dtype=object)
+        uniq, inv = np.unique(c_phase, return_inverse=True)  # the collectives' own: a phase or "other"
+        lab = np.array([profile.string(int(u)) if u >= 0 else "other" for u in uniq.tolist()], dtype=object)
+        return ev_ph, lab[inv.reshape(-1)] if len(c_phase) else np.array([], dtype=object)
+    lab = phase_labels(profile, np.concatenate([ev.phase, c_phase]))
+    return lab[:len(ev)], lab[len(ev):]
+
+
+def _phase_factorize(profile, ev, ev_ph: np.ndarray, c_ph: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`pd.factorize(np.concatenate([ev_ph, c_ph]))` (codes in order of first appearance, the labels) from the
+    events' integer phase ids: the per-event labels are only looked up, never hashed."""
+    n = len(ev)
+    if not n or ev._memo.get("phase_labels") is not ev_ph:
+        return pd.factorize(np.concatenate([ev_ph, c_ph]))
+    inv, uniq = ev.memo("phase_ids", lambda: pd.factorize(ev.phase))  # ids -> labels: two ids may share one
+    first = np.empty(len(uniq), dtype=np.int64)
+    first[inv[::-1]] = np.arange(n - 1, -1, -1)
+    lab_inv, lab_u = pd.factorize(np.concatenate([ev_ph[first], c_ph]))  # first-appearance order, events first
+    return np.concatenate([lab_inv[:len(uniq)][inv], lab_inv[len(uniq):]]), lab_u
+
+
+def _first_rows(codes: np.ndarray) -> np.ndarray:
+    """The first row of each code, for codes numbered 0.. in order of first appearance (as `group_codes` of one
+    such column gives them)."""
+    first = np.empty(int(codes.max()) + 1 if len(codes) else 0, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)   # repeated indices: the last write (the first row) wins
+    return first
 
 
 def _label(region: str, layer: int) -> str:
@@ -203,8 +275,7 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
     nc = profile.n("collectives")
     if not len(ev) and not nc:
         raise NoEvidence("the profile has no kernels, copies, CPU ops or collectives: no ranks to compare")
-    lab = phase_labels(profile, np.concatenate([ev.phase, C["phase"]]))
-    ev_ph, c_ph = lab[:len(ev)], lab[len(ev):]
+    ev_ph, c_ph = _phases(profile, ev, C["phase"])
     calls = align_calls(profile, ev, c_ph)
     warnings = list(calls.warnings)
     notes: list[str] = list(calls.notes)
@@ -223,28 +294,30 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
     c_code = np.where(calls.event >= 0, e_code[np.maximum(calls.event, 0)] if len(ev) else lcode[-1], lcode[-1])
     rcodes, ruq = pd.factorize(np.concatenate([e_code, c_code]).astype(np.int64))
     runiq = np.asarray(luniq, dtype=object)[np.asarray(ruq)]
-    _, efirst = group_codes(rcodes[:len(ev)])
+    efirst = _first_rows(rcodes[:len(ev)])
     info = pd.DataFrame({"region": runiq[rcodes[efirst]], "layer": ev.layer[efirst],
                          "role": ev.role[efirst]}).set_index("region")
     # windows (rank, phase, step) as integer codes in order of first appearance (what drop_duplicates gave)
-    ph_all = np.concatenate([ev_ph, c_ph])
-    pinv, pu = pd.factorize(ph_all)
-    keep = np.ones(len(ph_all), dtype=bool)
+    pinv, pu = _phase_factorize(profile, ev, ev_ph, c_ph)
+    keep = None                       # every row (events, then collective calls), or a mask of the phase's
     if phase is not None:
         have = set(pu.tolist())
         if phase not in have:
             raise NoEvidence(f"the profile has no {phase!r} phase (it has: {', '.join(sorted(have))})")
         keep = pinv == pu.tolist().index(phase)
-    rank_all = np.concatenate([ev.rank, calls.rank])[keep]
-    step_all = np.concatenate([ev.step, calls.step])[keep]
-    w, first = group_codes(rank_all, pinv[keep], step_all)
+
+    def rows(ev_part: np.ndarray, call_part: np.ndarray) -> np.ndarray:
+        both = np.concatenate([ev_part, call_part]) if len(call_part) else ev_part
+        return both if keep is None else both[keep]
+
+    rank_all, step_all, pk = rows(ev.rank, calls.rank), rows(ev.step, calls.step), rows(pinv, pinv[:0])
+    w, first = group_codes(rank_all, pk, step_all)
     nw = len(first)
-    wk = pd.DataFrame({"rank": rank_all[first], "phase": pu[pinv[keep][first]], "step": step_all[first],
+    wk = pd.DataFrame({"rank": rank_all[first], "phase": pu[pk[first]], "step": step_all[first],
                        "w": np.arange(nw)})
-    items = pd.DataFrame({"w": w, "start": np.concatenate([ev.start, calls.start])[keep],
-                          "end": np.concatenate([ev.end, calls.start + calls.dur])[keep], "reg": rcodes[keep],
-                          "comm": np.concatenate([ev.cat == CAT_COMM, np.ones(nc, dtype=bool)])[keep]})
-    win, reg = _sweep(items) if len(items) else (pd.DataFrame(), pd.Series(dtype=float))
+    items = {"w": w, "start": rows(ev.start, calls.start), "end": rows(ev.end, calls.start + calls.dur),
+             "reg": rows(rcodes, rcodes[:0]), "comm": rows(ev.cat == CAT_COMM, np.ones(nc, dtype=bool))}
+    win, reg = _sweep(items) if len(w) else (pd.DataFrame(), pd.Series(dtype=float))
     wk = wk.join(win, on="w")
     # windows outside every step of a phase that has steps are scattered work (set-up, sampling): left out
     stepped = wk[wk["step"] >= 0].groupby(["rank", "phase"]).size()

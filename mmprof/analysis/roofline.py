@@ -51,17 +51,17 @@ class Roofline:
 
 def _unique_triples(profile, op_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(unique op rows standing for each distinct (name, dims, types), inverse mapping op_idx -> unique slot)."""
-    names = profile.tables["ops"]["name"].astype(np.int64)
-    dims = profile.tables["ops"]["input_dims"].astype(np.int64)
-    types = profile.tables["ops"]["input_types"].astype(np.int64)
+    ops = profile.tables["ops"]
+    names, dims, types = ops["name"], ops["input_dims"], ops["input_types"]
     n = len(profile.strings) + 1
-    if n ** 3 < 2 ** 62:
-        key = (names[op_idx] + 1) + n * ((dims[op_idx] + 1) + n * (types[op_idx] + 1))
+    if n ** 3 < 2 ** 62:   # gathered first, widened after: no int64 copy of whole columns
+        key = ((names[op_idx].astype(np.int64) + 1)
+               + n * ((dims[op_idx].astype(np.int64) + 1) + n * (types[op_idx].astype(np.int64) + 1)))
         inv, uniq = pd.factorize(key)
         first = np.empty(len(uniq), dtype=np.int64)
         first[inv] = np.arange(len(inv))  # any occurrence stands for its triple
     else:  # pragma: no cover - only with billions of strings
-        trip = np.stack([names[op_idx], dims[op_idx], types[op_idx]], axis=1)
+        trip = np.stack([names[op_idx], dims[op_idx], types[op_idx]], axis=1).astype(np.int64)
         _, first, inv = np.unique(trip, axis=0, return_index=True, return_inverse=True)
     return op_idx[first], inv.reshape(-1)
 
@@ -105,52 +105,56 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
         tot = np.bincount(calls, weights=dur_ns[idx].astype(np.float64), minlength=ncalls)
         cnt = np.bincount(calls, minlength=ncalls)
         denom = tot[calls]
-        share = np.where(denom > 0, dur_ns[idx] / np.where(denom > 0, denom, 1), 1.0 / cnt[calls])
+        pos = denom > 0
+        share = np.divide(dur_ns[idx], denom, out=np.empty(len(idx)), where=pos)  # by duration; equally if none
+        if not pos.all():
+            share[~pos] = 1.0 / cnt[calls[~pos]]
         flops[idx] = u_fl[inv] * share
         byts[idx] = u_by[inv] * share
         dcls[idx] = u_dc[inv]
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = flops / byts
         secs = dur_ns.astype(np.float64) * 1e-9
-        ach_f = np.where(secs > 0, flops / secs, np.nan)
-        ach_b = np.where(secs > 0, byts / secs, np.nan)
+        pos = secs > 0
+        ach_f = np.divide(flops, secs, out=np.full(n, np.nan), where=pos)   # no temporaries: the same values
+        ach_b = np.divide(byts, secs, out=np.full(n, np.nan), where=pos)
     bound = np.full(n, BOUND_UNKNOWN, dtype=np.int8)
     eff = np.full(n, np.nan)
     # peaks per event: by rank and dtype class; the bandwidth roof also by the bytes an event moves (cache levels)
     rinv, ranks_u = pd.factorize(rank) if n else (np.array([], dtype=np.int64), np.array([], dtype=np.int64))
     ranks_u = np.asarray(ranks_u)
     pf = np.full((len(ranks_u), len(_DTYPES)), np.nan)
-    e_pb = np.full(n, np.nan)
+    ok = np.flatnonzero((dcls >= 0) & np.isfinite(intensity))   # the events a bound can be given: only these
+    r_ok = rinv[ok]                                             # need the roofs
+    e_pb = np.full(len(ok), np.nan)
     for i, r in enumerate(ranks_u.tolist()):
         p = peaks.get(r)
         if p is not None:
-            m = rinv == i
-            e_pb[m] = p.mem_bytes_per_s(byts[m])
+            m = r_ok == i
+            e_pb[m] = p.mem_bytes_per_s(byts[ok[m]])
             for k, d in enumerate(_DTYPES):
                 v = p.flops_per_s(d)
                 pf[i, k] = np.nan if v is None else v
-    ok = (dcls >= 0) & np.isfinite(intensity)
-    if ok.any():
-        e_pf = np.full(n, np.nan)
-        e_pf[ok] = pf[rinv[ok], dcls[ok]]
+    if len(ok):
+        e_pf = pf[r_ok, dcls[ok]]
         with np.errstate(divide="ignore", invalid="ignore"):
             ridge = e_pf / e_pb
-            valid = ok & np.isfinite(ridge)
-            comp = valid & (intensity >= ridge)
-            mem = valid & (intensity < ridge)
+            valid = np.isfinite(ridge)
+            it = intensity[ok]
+            c_sub, m_sub = valid & (it >= ridge), valid & (it < ridge)
+            comp, mem = ok[c_sub], ok[m_sub]                    # event indices
             bound[comp] = BOUND_COMPUTE
             bound[mem] = BOUND_MEMORY
-            eff[comp] = ach_f[comp] / e_pf[comp]
-            eff[mem] = ach_b[mem] / e_pb[mem]
+            eff[comp] = ach_f[comp] / e_pf[c_sub]
+            eff[mem] = ach_b[mem] / e_pb[m_sub]
         for i, r in enumerate(ranks_u.tolist()):  # what the measured peaks of a rank cannot support
             p = peaks.get(r)
             if p is None:
                 continue
-            m = rinv == i
             if not p.compute_eff:
-                eff[m & comp] = np.nan
+                eff[comp[rinv[comp] == i]] = np.nan
             if p.min_mem_bytes:
-                eff[m & mem & (byts < p.min_mem_bytes)] = np.nan
+                eff[mem[(rinv[mem] == i) & (byts[mem] < p.min_mem_bytes)]] = np.nan
         over = np.isfinite(eff) & (eff > OVER_PEAK)
         if over.any():  # never silently: either the peak or the shape-based work estimate is off
             warnings.append(_over_peak(profile, op_idx, eff, over, peaks, rank, bound))

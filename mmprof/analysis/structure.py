@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from mmprof.labels import SEP, Region, module_event, parse_path, region_name, roles
 
@@ -252,11 +253,12 @@ class StructureIndex:
 
     def regions_for_codes(self, ranks: np.ndarray, codes: np.ndarray) -> Regions:
         n = len(codes)
-        out = Regions.empty(n)
         if not n:
-            return out
+            return Regions.empty(n)
         key = ranks.astype(np.int64) * (len(self.profile.strings) + 2) + (codes.astype(np.int64) + 1)
-        uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        inv, uniq = pd.factorize(key)                  # hashed: the distinct keys are few, the events many
+        first = np.empty(len(uniq), dtype=np.int64)
+        first[inv[::-1]] = np.arange(n - 1, -1, -1)    # each key's first row (the last write wins)
         lay = np.full(len(uniq), -1, dtype=np.int64)
         rol = np.full(len(uniq), None, dtype=object)
         reg = np.full(len(uniq), None, dtype=object)
@@ -335,6 +337,17 @@ def _apply_op_anchors(profile: Any, idx: StructureIndex, t: dict[str, np.ndarray
     if not profile.n("ops") or not roles().ops or not len(rows):
         return
     ops = profile.tables["ops"]
+    src_ok = np.asarray((out.source == None) | (out.source == "module"), dtype=bool)  # noqa: E711
+    cand = np.flatnonzero((op_ref >= 0) & src_ok)
+    if not len(cand):
+        return
+    inv, uniq = pd.factorize(op_ref[cand])
+    found = [idx.anchor_of(int(o)) for o in np.asarray(uniq).tolist()]  # one chain walk per distinct op
+    role_u = np.array([f[1] for f in found], dtype=object)
+    if (role_u == None).all():  # noqa: E711  (no anchor op above any event: nothing to do)
+        return
+    er = role_u[inv]            # the events whose anchor names a role other than their own
+    live = np.flatnonzero((er != None) & (er != out.role[cand]))  # noqa: E711
     codes = _path_codes(t, rows)
     # the nesting test reads the op's own path: a graph-replayed kernel given an eager twin's op carries the
     # replay's launch context, not the modules the op ran inside
@@ -343,17 +356,9 @@ def _apply_op_anchors(profile: Any, idx: StructureIndex, t: dict[str, np.ndarray
     if has_op.any():
         ocodes[has_op] = _path_codes(ops, op_ref[has_op])
     ranks = t["rank"][rows]
-    src_ok = np.array([x in (None, "module") for x in out.source], dtype=bool)
-    cand = np.flatnonzero((op_ref >= 0) & src_ok)
-    if not len(cand):
-        return
-    uniq, inv = np.unique(op_ref[cand], return_inverse=True)
-    found = [idx.anchor_of(int(o)) for o in uniq.tolist()]  # one chain walk per distinct op
     memo: dict[tuple, int | None] = {}  # (anchor, the event's path, its layer, has a region) -> layer or None
-    for j, u in zip(cand.tolist(), inv.reshape(-1).tolist()):
+    for j, u in zip(cand[live].tolist(), inv[live].tolist()):
         anchor, role = found[u]
-        if role is None or role == out.role[j]:
-            continue
         key = (anchor, int(codes[j]), int(out.layer[j]), out.region[j] is None, int(ranks[j]), int(ocodes[j]))
         if key not in memo:
             memo[key] = _anchor_layer(profile, idx, ops, anchor, role, key)

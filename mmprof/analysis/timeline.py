@@ -53,6 +53,8 @@ import pandas as pd
 
 from mmprof.analysis.engine_steps import engine_steps
 from mmprof.analysis.events import CAT_COMM, EventFrame, codes, events_of
+from mmprof.analysis.phases import NO_PHASE, _sorted_codes, _time_order, event_phase_codes
+from mmprof.analysis.phases import _phase_codes, event_phases, phase_labels, phase_mask  # noqa: F401 (re-exported)
 from mmprof.errors import NoEvidence
 
 CATEGORIES = ("compute_bound", "memory_bound", "unattributed", "communication", "memcpy", "idle_host", "idle_other",
@@ -64,7 +66,6 @@ LABELS = {"compute_bound": "compute-bound", "memory_bound": "memory-bound", "una
 ENGINE_CATEGORIES = ("idle_between", "idle_prep")  # only engine-step windows have these
 KIND_WINDOW, KIND_BETWEEN, KIND_PREP, KIND_ENGINE = 0, 1, 2, 3  # window piece kinds (KIND_ENGINE: an engine step's)
 _BUSY = 5
-NO_PHASE = "all"
 
 
 @dataclass
@@ -169,35 +170,14 @@ class TimelineResult:
                            for p in self.phases}}
 
 
-def phase_labels(profile, phase_ids: np.ndarray) -> np.ndarray:
-    """Phase names per event: the phase string, 'all' when the profile has no phases, 'other' for the rest."""
-    if len(phase_ids) == 0 or (phase_ids < 0).all():
-        return np.full(len(phase_ids), NO_PHASE, dtype=object)
-    uniq, inv = codes(phase_ids)
-    lab = np.array([profile.string(int(u)) if u >= 0 else "other" for u in uniq], dtype=object)
-    return lab[inv]
-
-
-def _sorted_codes(a: np.ndarray, as_type=None) -> tuple[np.ndarray, np.ndarray]:
-    """`np.unique(a, return_inverse=True)` by hashing (pd.factorize) and sorting the few distinct values only:
-    the same answer without sorting a million events."""
-    inv, u = pd.factorize(a)
-    u = np.asarray(u) if as_type is None else np.asarray(u).astype(as_type)
-    order = np.argsort(u, kind="stable")
-    pos = np.empty(len(order), dtype=np.int64)
-    pos[order] = np.arange(len(order))
-    return u[order], pos[inv]
-
-
 def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
     """The per-window category breakdown of a profile (see the module docstring)."""
     ev = events if events is not None else events_of(profile)
     if not len(ev):
         raise NoEvidence("profile has no kernels, copies or CPU ops: nothing to put on a timeline")
-    phase = phase_labels(profile, ev.phase)
-    ph_u, ph_inv = _sorted_codes(phase, str)
-    r_u, r_inv = _sorted_codes(ev.rank)     # dense codes: the key never overflows, whatever the
-    s_u, s_inv = _sorted_codes(ev.step)     # rank and step numbers
+    ph_u, ph_inv = event_phase_codes(profile, ev)
+    r_u, r_inv = ev.memo("rank_codes", lambda: _sorted_codes(ev.rank))  # dense codes: the key never overflows,
+    s_u, s_inv = ev.memo("step_codes", lambda: _sorted_codes(ev.step))  # whatever the rank and step numbers
     key = (r_inv.astype(np.int64) * len(ph_u) + ph_inv) * len(s_u) + s_inv
     kuniq, gcode = codes(key)
     G = len(kuniq)
@@ -211,27 +191,30 @@ def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
     stepped = wk[wk["s"] >= 0].groupby(["r", "p"]).size()
     has_steps = pd.MultiIndex.from_frame(wk[["r", "p"]]).isin(stepped.index)
     scattered = (g_phase == "other") | ((g_step < 0) & has_steps)
-    span_df = pd.DataFrame({"g": gcode, "s": ev.start, "e": np.maximum(ev.end, ev.start)}).groupby("g").agg(
-        s=("s", "min"), e=("e", "max"))
-    ext_s = np.zeros(G, dtype=np.int64)
-    ext_e = np.zeros(G, dtype=np.int64)
-    ext_s[span_df.index.to_numpy()] = span_df["s"].to_numpy()
-    ext_e[span_df.index.to_numpy()] = span_df["e"].to_numpy()
+    # each window's first event start and last event end (every code 0..G-1 has events)
+    ext_s = np.full(G, np.iinfo(np.int64).max, dtype=np.int64)
+    ext_e = np.full(G, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(ext_s, gcode, ev.start)
+    np.maximum.at(ext_e, gcode, np.maximum(ev.end, ev.start))
     acc = _Acc(G)
     es = engine_steps(profile) if ev.source == "kernels" else None
     engine = False
     pieces: dict = {}
+    by_rank = np.argsort(r_inv, kind="stable")          # each rank's events, in frame order
+    cuts = np.cumsum(np.bincount(r_inv, minlength=len(r_u)))
     for r in np.unique(g_rank).tolist():
+        ri = int(np.searchsorted(r_u, r))
+        rows = by_rank[(cuts[ri - 1] if ri else 0):cuts[ri]]    # == np.flatnonzero(ev.rank == r)
         full = np.flatnonzero((g_rank == r) & ~scattered)
         segs = _partition(full, ext_s[full], ext_e[full])
         rank_steps = es[es["rank"] == r] if es is not None and len(es) else None
         if rank_steps is not None and len(rank_steps) and len(segs[0]):
             engine = True
-            segs = _engine_pieces(segs, g_step, rank_steps, ev, np.flatnonzero(ev.rank == r))
+            segs = _engine_pieces(segs, g_step, rank_steps, ev, rows)
             pieces[r] = segs
         else:
             segs = segs + (np.zeros(len(segs[0]), np.int8),)
-        _sweep_rank(np.flatnonzero(ev.rank == r), gcode, ev, segs, np.flatnonzero((g_rank == r) & scattered), acc)
+        _sweep_rank(rows, gcode, ev, segs, np.flatnonzero((g_rank == r) & scattered), acc)
     cols = acc.cols
     busy = sum(cols[c] for c in CATEGORIES[:_BUSY])
     idle = acc.idle
@@ -365,32 +348,44 @@ def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scatte
     d = np.concatenate([np.ones(n, np.int8), np.full(n, -1, np.int8), np.zeros(2 * m, np.int8)])
     c = np.concatenate([ev.cat[keep], ev.cat[keep], np.full(2 * m, -1, np.int8)]).astype(np.int8)
     e = np.concatenate([keep, keep, np.full(2 * m, -1, np.int64)])
-    order = np.lexsort((d > 0, t))      # ends (and piece bounds) before starts at the same instant
+    order = _time_order(t, d)           # ends (and piece bounds) before starts at the same instant
     t, d, c, e = t[order], d[order], c[order], e[order]
     seg = np.zeros(len(t), dtype=np.int64)
     seg[:-1] = t[1:] - t[:-1]
     act = np.full(len(t), -1, dtype=np.int8)
     comm_active = np.zeros(len(t), bool)
+    present = np.bincount(ev.cat[keep].astype(np.int64), minlength=_BUSY) > 0 if n else np.zeros(_BUSY, bool)
     for k in range(_BUSY - 1, -1, -1):
-        on = np.cumsum(np.where(c == k, d, 0).astype(np.int64)) > 0
+        if not present[k]:              # no event of this category: it is never active
+            continue
+        on = np.cumsum(np.where(c == k, d, 0), dtype=np.int64 if len(t) >= 1 << 31 else np.int32) > 0
         act[on] = k
         if k == CAT_COMM:
             comm_active = on
-    # the window piece holding each elementary segment [t_i, t_i+1)
-    pos = np.searchsorted(seg_a, t, side="right") - 1
-    inside = (pos >= 0) & (t < seg_b[np.maximum(pos, 0)]) if m else np.zeros(len(t), bool)
-    owner = np.where(inside, seg_g[np.maximum(pos, 0)] if m else -1, -1)
-    kind = np.where(inside, seg_k[np.maximum(pos, 0)] if m else 0, 0)
+    # the window piece holding each elementary segment [t_i, t_i+1): the number of piece starts at or before t_i
+    # (t is sorted: the same as searching every t_i among the piece starts)
+    if m:
+        pos = np.cumsum(np.bincount(np.searchsorted(t, seg_a, side="left"), minlength=len(t) + 1)[:len(t)]) - 1
+        p0 = np.maximum(pos, 0)
+        inside = (pos >= 0) & (t < seg_b[p0])
+        owner = np.where(inside, seg_g[p0], -1)
+        kind = np.where(inside, seg_k[p0], 0)
+    else:
+        inside = np.zeros(len(t), bool)
+        owner = np.full(len(t), -1, dtype=np.int64)
+        kind = np.zeros(len(t), dtype=np.int64)
     # outside every piece: the first scattered window with an event active (only scattered events lie there)
-    gi = gcode[np.maximum(e, 0)]
-    for sg in scattered.tolist():
-        on = np.cumsum(np.where((e >= 0) & (gi == sg), d, 0).astype(np.int64)) > 0
-        owner = np.where((owner < 0) & ~inside & on, sg, owner)
+    if len(scattered):
+        gi = gcode[np.maximum(e, 0)]
+        for sg in scattered.tolist():
+            on = np.cumsum(np.where((e >= 0) & (gi == sg), d, 0).astype(np.int64)) > 0
+            owner = np.where((owner < 0) & ~inside & on, sg, owner)
     G = len(acc.idle)
     ok = owner >= 0
+    sel = ok & (act >= 0)               # busy: one pass over (window, category)
+    tot = np.bincount(owner[sel] * _BUSY + act[sel], weights=seg[sel], minlength=G * _BUSY).reshape(G, _BUSY)
     for k, name in enumerate(CATEGORIES[:_BUSY]):
-        sel = ok & (act == k)
-        acc.cols[name] += np.bincount(owner[sel], weights=seg[sel], minlength=G).astype(np.int64)
+        acc.cols[name] += tot[:, k].astype(np.int64)
     sel = ok & comm_active
     acc.comm_total += np.bincount(owner[sel], weights=seg[sel], minlength=G).astype(np.int64)
     sel = sel & (act >= 0) & (act < CAT_COMM)
@@ -403,7 +398,8 @@ def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scatte
             arr += np.bincount(owner[sel], weights=seg[sel], minlength=G).astype(np.int64)
     gap = np.flatnonzero(inside & (act == -1) & (seg > 0) & ((kind == KIND_WINDOW) | (kind == KIND_ENGINE)))
     if len(gap):
-        acc.idle += np.bincount(owner[gap], weights=seg[gap], minlength=G).astype(np.int64)
+        og = owner[gap]
+        acc.idle += np.bincount(og, weights=seg[gap], minlength=G).astype(np.int64)
         pts = np.arange(len(t))
         nxt = np.where(d > 0, pts, len(t))
         nxt = np.minimum.accumulate(nxt[::-1])[::-1]          # the next event start at or after each point
@@ -414,14 +410,17 @@ def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scatte
         nxt_e = e[np.minimum(nxt[gap + 1], len(t) - 1)]
         le = np.where(has_next, ev.launch_end[nxt_e], -1)
         host = np.where(has_next & (le > began), seg[gap], 0)
-        # inside an engine step: the part before the next event's launch call began is the host's own work
-        ls = np.where(has_next, ev.launch_start[nxt_e], -1)
-        t_end = t[np.minimum(gap + 1, len(t) - 1)]
-        prep = np.where((kind[gap] == KIND_ENGINE) & (host > 0) & (ls >= 0),
-                        np.clip(np.minimum(t_end, ls) - t[gap], 0, seg[gap]), 0)
-        acc.host += np.bincount(owner[gap], weights=host - prep, minlength=G).astype(np.int64)
-        acc.prep += np.bincount(owner[gap], weights=prep, minlength=G).astype(np.int64)
-        acc.idle -= np.bincount(owner[gap], weights=prep, minlength=G).astype(np.int64)
+        eng = kind[gap] == KIND_ENGINE
+        if not eng.any():               # no engine-step piece: no host work inside a step to split off
+            acc.host += np.bincount(og, weights=host, minlength=G).astype(np.int64)
+        else:
+            # inside an engine step: the part before the next event's launch call began is the host's own work
+            ls = np.where(has_next, ev.launch_start[nxt_e], -1)
+            t_end = t[np.minimum(gap + 1, len(t) - 1)]
+            prep = np.where(eng & (host > 0) & (ls >= 0), np.clip(np.minimum(t_end, ls) - t[gap], 0, seg[gap]), 0)
+            acc.host += np.bincount(og, weights=host - prep, minlength=G).astype(np.int64)
+            acc.prep += np.bincount(og, weights=prep, minlength=G).astype(np.int64)
+            acc.idle -= np.bincount(og, weights=prep, minlength=G).astype(np.int64)
     # each window's extent on the timeline: its pieces
     if m:
         np.minimum.at(acc.own_s, seg_g, seg_a)
