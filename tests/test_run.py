@@ -284,3 +284,20 @@ def test_cuda_run_has_kernels_with_phase_and_step(tmp_path, capsys):
     assert (k.phase.astype(object).notna()).mean() > 0.9
     assert set(k.step[k.phase.astype(object) == "decode"]) == {1, 2, 3}
     assert p.meta["run"]["dtype"] == "bfloat16" and p.meta["run"]["dilation"]["light"] > 0
+
+
+def test_run_refuses_a_batch_no_host_can_hold(capsys):
+    """`--batch 2**63 - 1` (issue 25's bad-input corpus: an internal error from torch's storage size overflow):
+    the KV cache and activations it needs (capture/workflows/run_options.py:cache_bytes) are refused before any
+    allocation, in one line, exit 2."""
+    from mmprof.capture.workflows.run_options import RunOptions, cache_bytes
+    from mmprof.cli import main
+
+    opts = RunOptions(batch=2, prompt_len=32, decode_steps=3)
+    args = opts.model_args()
+    # the cache is linear in batch x positions: twice the batch, twice the bytes
+    assert cache_bytes(args, RunOptions(batch=4, prompt_len=32, decode_steps=3)) == 2 * cache_bytes(args, opts)
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--batch", str(2**63 - 1)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "KV cache" in err and "internal error" not in err

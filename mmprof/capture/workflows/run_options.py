@@ -140,21 +140,37 @@ def weight_bytes(args, opts: RunOptions) -> tuple[int, int]:
     return per_rank, per_rank * opts.tp
 
 
+def cache_bytes(args, opts: RunOptions) -> int:
+    """The KV cache (and the indexer's keys) generate() allocates for the whole run, on one device: batch x
+    (prompt + decode steps) positions x every layer's K and V rows (runtime/kvcache.py:make_cache), plus the
+    prefill's largest activations (batch x prompt x the widest projection, fp32): a size past any device is
+    refused here, before torch tries to allocate it."""
+    el = 4 if opts.dtype == "float32" else 2
+    positions = opts.batch * (opts.prompt_len + opts.decode_steps)
+    per_pos = sum(2 * args.n_kv_heads * args.head_dim + (args.index_head_dim if t == "sparse" else 0)
+                  for t in args.attn_types)
+    widest = max(args.vocab_size, args.dense_intermediate * 2, args.n_heads * args.head_dim * 3)
+    return positions * per_pos * el + opts.batch * opts.prompt_len * widest * 4
+
+
 def _check_memory(opts: RunOptions, args) -> None:
     per_rank, total = weight_bytes(args, opts)
+    cache = cache_bytes(args, opts)
+    per_rank, total = per_rank + cache, total + cache * opts.tp
     if opts.device == "cpu":
         have = _host_memory()
         if have and total > MEMORY_HEADROOM * have:
-            raise BadInput(f"preset {args.name} in {opts.dtype} needs {total / 1e9:.1f} GB of weights "
-                           f"({opts.tp} rank(s) on this host) but the host has {have / 1e9:.1f} GB; use a "
-                           "smaller preset (tiny, small, m3-rank-slice) or --device cuda with --tp")
+            raise BadInput(f"preset {args.name} in {opts.dtype} needs {total / 1e9:,.1f} GB of weights, KV cache and "
+                           f"activations ({opts.tp} rank(s) on this host) but the host has {have / 1e9:.1f} GB; use "
+                           "a smaller preset (tiny, small, m3-rank-slice), batch or prompt, or --device cuda with --tp")
         return
     import torch
 
     free, _ = torch.cuda.mem_get_info(0)
     if per_rank > MEMORY_HEADROOM * free:
-        raise BadInput(f"preset {args.name} in {opts.dtype} at --tp {opts.tp} needs {per_rank / 1e9:.1f} GB of weights "
-                       f"per GPU but GPU 0 has {free / 1e9:.1f} GB free; raise --tp or use a smaller preset")
+        raise BadInput(f"preset {args.name} in {opts.dtype} at --tp {opts.tp} needs {per_rank / 1e9:,.1f} GB of weights, "
+                       f"KV cache and activations per GPU but GPU 0 has {free / 1e9:.1f} GB free; raise --tp or use a "
+                       "smaller preset, batch or prompt")
 
 
 def _host_memory() -> int | None:
