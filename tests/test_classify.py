@@ -297,3 +297,18 @@ def test_kernels_from_other_runtimes(name, family, library):
     k = classify_name(name)
     assert (k.family, k.library) == (family, library), k
     assert k.rule is not None and not k.rule.startswith("generic.")
+
+
+def test_a_user_rule_that_nests_repeats_is_refused(tmp_path, capsys):
+    """issue 25: spec regexes with nested quantifiers hung the gate; a `--rules` file is user input too. `(a+)+$`
+    on 30 `a`s and a `b` backtracks 2**30 times in Python's re; refused at load, one line, exit 2."""
+    from mmprof.analysis.classify import read_rule_file
+    from mmprof.errors import BadInput
+
+    f = tmp_path / "r.toml"
+    f.write_text('[[rule]]\nid = "x.bad"\npattern = "(a+)+$"\nfamily = "gemm"\n')
+    with pytest.raises(BadInput, match="nests a repeat inside a repeat"):
+        read_rule_file(f)
+    ok = tmp_path / "ok.toml"
+    ok.write_text('[[rule]]\nid = "x.ok"\npattern = "^my_gemm_[0-9]+$"\nfamily = "gemm"\n')
+    assert [r.id for r in read_rule_file(ok)] == ["x.ok"]

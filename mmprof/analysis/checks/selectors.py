@@ -14,52 +14,11 @@ import fnmatch
 import re
 from typing import Any, Iterable
 
-try:  # Python 3.11+
-    import re._constants as _sre_c  # type: ignore[import-not-found]
-    import re._parser as _sre_p  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - older Pythons
-    import sre_constants as _sre_c  # type: ignore[no-redef]
-    import sre_parse as _sre_p  # type: ignore[no-redef]
-
-from mmprof.analysis.classify import FAMILIES, PATHS, default_rules
+from mmprof.analysis.classify import FAMILIES, PATHS, _sre_p, default_rules, has_nested_repeat
 from mmprof.errors import BadInput
 from mmprof.labels import roles
 
 MAX_SEARCH_CHARS = 8192  # a spec regex sees at most this much of a name (kernel names are < 4 KB in every trace)
-_REPEATS = {_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT, getattr(_sre_c, "POSSESSIVE_REPEAT", None)} - {None}
-
-
-# ------------------------------------------------------------------------------------------------ regexes
-def _children(op: Any, av: Any) -> list[Any]:
-    if op in _REPEATS:
-        return [av[2]]
-    if op == _sre_c.SUBPATTERN:
-        return [av[-1]]
-    if op == _sre_c.BRANCH:
-        return list(av[1])
-    if op in (_sre_c.ASSERT, _sre_c.ASSERT_NOT):
-        return [av[1]]
-    return []
-
-
-def _repeats(op: Any, av: Any) -> bool:
-    return op in _REPEATS and (av[1] is _sre_c.MAXREPEAT or av[1] > 1)
-
-
-def _has_nested_repeat(parsed: Any) -> bool:
-    """True when a repeat (max > 1) contains another one: `(a+)+`, `(a*)*`, `(?:x{1,}y?)+`."""
-    for op, av in parsed:
-        if _repeats(op, av) and _has_any_repeat(av[2]):
-            return True
-        if any(_has_nested_repeat(c) for c in _children(op, av)):
-            return True
-    return False
-
-
-def _has_any_repeat(parsed: Any) -> bool:
-    return any(_repeats(op, av) or any(_has_any_repeat(c) for c in _children(op, av)) for op, av in parsed)
-
-
 def compile_bounded(pattern: str, where: str, key: str) -> re.Pattern:
     """Compile a spec regex, refusing what could backtrack exponentially (a repeat inside a repeat) and
     backreferences; a match then costs at most polynomial time on a name cut to MAX_SEARCH_CHARS."""
@@ -70,7 +29,7 @@ def compile_bounded(pattern: str, where: str, key: str) -> re.Pattern:
         rx = re.compile(pattern)
     except (re.error, OverflowError, RecursionError) as e:
         raise BadInput(f"{where}: bad `{key}` regex ({e})") from e
-    if _has_nested_repeat(parsed):
+    if has_nested_repeat(parsed):
         raise BadInput(f"{where}: `{key}` regex {pattern[:60]!r} nests a repeat inside a repeat (like (a+)+), "
                        "which can take exponential time; write it without the nesting")
     if re.search(r"\\[1-9]|\(\?P=", pattern):
