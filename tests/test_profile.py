@@ -146,3 +146,31 @@ def test_wide_values_survive_narrow_encoding(tmp_path):
     q = load_profile(path)
     assert q.tables["kernels"]["start_ns"].tolist() == [-1, 2**40, 7]
     assert q.tables["kernels"]["start_ns"].dtype == np.int64
+
+
+def test_profiles_and_traces_round_trip_through_xz(tmp_path, capsys):
+    """`.json.xz` (the xz container, lzma FORMAT_XZ): a Profile saved under that name is xz (by its magic), loads
+    back with the same tables; a trace committed as xz reads like its gzip; a cut xz is one line, exit 2."""
+    import gzip
+    import lzma
+
+    from mmprof.cli import main
+    from mmprof.importers import import_paths
+    from mmprof.profiles import load_profile, save_profile
+    from tests.conftest import data_file
+
+    src = data_file("samples", "kineto", "nccl_data.json.gz")
+    p = import_paths([src])
+    out = save_profile(p, tmp_path / "p.json.xz")
+    assert out.read_bytes()[:6] == b"\xfd7zXZ\x00"
+    q = load_profile(out)
+    assert q.n("kernels") == p.n("kernels") == 1800 and q.n("collectives") == p.n("collectives")
+    xz = tmp_path / "t.json.xz"
+    xz.write_bytes(lzma.compress(gzip.decompress(src.read_bytes())))
+    assert import_paths([xz]).n("kernels") == 1800
+    cut = tmp_path / "cut.json.xz"
+    cut.write_bytes(xz.read_bytes()[:2000])
+    with pytest.raises(SystemExit) as e:
+        main(["summary", str(cut)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "corrupt xz" in err

@@ -18,7 +18,7 @@ from mmprof.render.text.progress import progress_bar
 @click.command("import")
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
-              help="Profile to write (.json, or .json.gz to compress).")
+              help="Profile to write (.json, or .json.gz / .json.xz to compress).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace that does not say (overrides the file).")
 @click.option("--format", "fmt", default=None,
               help="Skip content detection: kineto, rocpd, rocprofv3-csv, rocprofv3-json, nsys-sqlite.")

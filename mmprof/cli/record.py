@@ -15,7 +15,7 @@ from mmprof.render.text.record import render_record
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-o", "--output", "out", default="mmprof-record.json.gz", show_default=True,
-              help="Profile to write (.json or .json.gz).")
+              help="Profile to write (.json, .json.gz or .json.xz).")
 @click.option("--backend", type=click.Choice(["torch", "rocprofv3", "nsys"]), default="torch", show_default=True,
               help="torch: torch.profiler in every process (no code changes); rocprofv3 / nsys: run under the tool.")
 @click.option("--steps", type=int, default=None, help="Capture N steps (default: the whole run).")

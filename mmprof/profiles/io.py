@@ -130,8 +130,12 @@ def _json_safe(v: Any, depth: int = 0) -> Any:
 
 
 def save_profile(profile: Profile, path: str | os.PathLike) -> Path:
-    """Write the profile atomically; gzip when the name ends in `.gz`."""
+    """Write the profile atomically; gzip when the name ends in `.gz`, xz (preset 6) when it ends in `.xz`."""
     profile.meta.update({k: v for k, v in to_dict(profile)["meta"].items() if k not in profile.meta})
+    if str(path).endswith(".xz"):
+        import lzma
+
+        return atomic_write(path, lzma.compress(dumps(profile), format=lzma.FORMAT_XZ), compress=False)
     return atomic_write(path, dumps(profile))
 
 
