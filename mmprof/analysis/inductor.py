@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
@@ -265,6 +266,8 @@ def attribute(profile: Any, table: str, reg: Any, eligible: np.ndarray | None = 
         return stats
     cand = rows[np.array([reg.region[i] is None for i in rows.tolist()], dtype=bool)]
     cand = _in_compiled_calls(profile, T, cand, stats)
+    if not len(cand):  # every Inductor kernel already has its region (the runtime's scopes, module events)
+        return stats
     prov = (profile.meta.get("inductor_provenance") or {}).get("kernels", {})
     rank, tid, step, start = _order(profile, table)
     roles_of, src_of, layer_hint = _roles(profile, T, cand, prov, rank, step, start)
@@ -331,14 +334,16 @@ def _position(profile, table, reg, cand, roles_of, src_of, hint, order, stats) -
     grp = np.empty(n, np.int64)
     grp[srt] = gid
     # anchors: placed eager rows with a layer, as (sorted position -> (layer, roles))
-    placed = np.flatnonzero((reg.layer >= 0) & (graph < 0) & (reg.region != None))  # noqa: E711
-    placed = placed[np.isin(grp[placed], grp[cand])]  # only the groups (steps) holding a kernel to place
+    in_groups = np.isin(grp, np.unique(grp[cand]))  # only the groups (steps) holding a kernel to place
+    placed = np.flatnonzero((reg.layer >= 0) & (graph < 0) & in_groups)
+    placed = placed[np.asarray(reg.region, dtype=object)[placed] != None]  # noqa: E711
     anchors: dict[int, tuple[int, list[str]]] = {int(pos[i]): (int(reg.layer[i]), str(reg.role[i]).split("+"))
                                                  for i in placed.tolist()}
     # placed model-level rows (embedding, final norm, LM head) end one forward and start the next: no layer
     # context crosses them (a capture run after an annotated step starts over)
-    model_rows = np.flatnonzero((reg.layer < 0) & (graph < 0) & np.isin(reg.role.astype(str), _MODEL))
-    bpos = np.sort(pos[model_rows[np.isin(grp[model_rows], grp[cand])]]).astype(np.int64)
+    model_rows = np.flatnonzero((reg.layer < 0) & (graph < 0) & in_groups)
+    model_rows = model_rows[np.isin(np.asarray(reg.role, dtype=object)[model_rows].astype(str), _MODEL)]
+    bpos = np.sort(pos[model_rows]).astype(np.int64)
     todo = [i for i in cand.tolist() if roles_of.get(i) and start[i] >= 0]
     groups_with = {int(grp[i]) for i in placed.tolist()}
     clock: dict[int, int] = {}
@@ -390,16 +395,26 @@ def summarize(profile: Any, table: str, reg: Any, stats: InductorStats, rows: np
     dur = T["dur_ns"].astype(np.int64)
     graph = T["graph"] if "graph" in T else np.full(profile.n(table), -1)
     stats.kernels, stats.time_ns = int(len(sel)), int(dur[rows[sel]].sum())
-    for j in sel.tolist():
-        i, d = int(rows[j]), int(dur[rows[j]])
-        if reg.region[j] is not None:
-            s = str(reg.source[j])
-            stats.by_source[s] = stats.by_source.get(s, 0) + d
-            stats.spans_ns += d if "+" in str(reg.role[j]) else 0
-            continue
+    if not len(sel):
+        return
+    # vectorised over the Inductor rows (a production trace holds hundreds of thousands of them)
+    region = np.asarray(reg.region, dtype=object)[sel]
+    placed = region != None  # noqa: E711 - elementwise on the object array
+    d_all = dur[rows[sel]]
+    if placed.any():
+        d = d_all[placed]
+        codes, keys = pd.factorize(np.asarray(reg.source, dtype=object)[sel][placed])  # None: code -1
+        ok = codes >= 0
+        for k, t in zip(keys.tolist(), np.bincount(codes[ok], weights=d[ok], minlength=len(keys)).tolist()):
+            stats.by_source[str(k)] = stats.by_source.get(str(k), 0) + int(t)
+        rcodes, rkeys = pd.factorize(np.asarray(reg.role, dtype=object)[sel][placed])
+        spans = np.array(["+" in str(k) for k in rkeys.tolist()], dtype=bool)
+        stats.spans_ns += int(d[(rcodes >= 0) & spans[np.maximum(rcodes, 0)]].sum()) if len(rkeys) else 0
+    for j in sel[~placed].tolist():
+        i, dd = int(rows[j]), int(dur[rows[j]])
         why = stats.why.get(i) or ("a graph replay with no placed eager twin" if graph[i] >= 0 else "not placed")
         c = stats.unplaced.setdefault(why, [0, 0])
-        c[0], c[1] = c[0] + 1, c[1] + d
+        c[0], c[1] = c[0] + 1, c[1] + dd
 
 
 def _between(open_: np.ndarray, lo: int, hi: int) -> bool:
