@@ -121,3 +121,19 @@ def test_an_empty_profile_is_no_evidence_exit_2(tmp_path, capsys, command):
     args = [command, str(p)] + ([str(p)] if command == "diff" else [])
     code, err = _run_main(args, capsys)
     assert code == 2 and "Traceback" not in err
+
+
+def test_usage_errors_are_one_line_naming_the_help(capsys):
+    """A bad option value, a missing argument or an unknown command (click's UsageError) is one `mmprof: error:`
+    line naming where the help is, exit 2 (issue 25: click printed three lines, Usage / Try / Error); a control
+    character in the value is not echoed raw."""
+    from mmprof.cli import main as cli_main
+
+    for argv, says in ((["report", "--top", "abc\x1b[31m", "x.json"], "--top"), (["diff", "a"], "AFTER"),
+                       (["frobnicate"], "frobnicate")):
+        with pytest.raises(SystemExit) as e:
+            cli_main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2, argv
+        assert err.startswith("mmprof: error: ") and err.count("\n") == 1 and says in err and "--help" in err, err
+        assert "\x1b" not in err

@@ -143,6 +143,11 @@ def _dispatch(args: list[str]) -> int:
     except click.exceptions.Abort:
         _err("mmprof: aborted")
         return 130
+    except click.UsageError as e:  # a bad option or argument: one line too, naming where the help is
+        ctx = getattr(e, "ctx", None)
+        where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        _err(f"mmprof: error: {one_line(e.format_message())}{where}")
+        return 2
     except click.ClickException as e:
         e.show()
         return 2
