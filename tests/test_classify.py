@@ -140,8 +140,8 @@ def test_missing_rule_file():
 
 # Every sample with kernel events, and what the samples without any hold instead.
 KERNEL_SAMPLES = [
-    "kineto/control.json.gz", "kineto/event_sync_trace.json.gz", "kineto/inference_rank_1.json.gz",
-    "kineto/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "kineto/nccl_data.json.gz",
+    "kineto/control.json.xz", "kineto/event_sync_trace.json.gz", "kineto/inference_rank_1.json.gz",
+    "kineto/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "kineto/nccl_data.json.xz",
     "kineto/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "kineto/sampled_rank-0.json.gz",
     "kineto/sampled_rank-1.json.gz", "kineto/triton_example.json.gz", "rocprofv3/rocpd/14_results.db",
     "rocprofv3/rocpd/28_results.db", "rocprofv3/csv/kernel_trace.csv", "rocprofv3/csv/kernel_trace_truncated.csv",

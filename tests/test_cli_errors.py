@@ -75,7 +75,7 @@ def test_clirunner_import_then_summary(tmp_path):
     from mmprof.cli import cli
 
     out = tmp_path / "p.json.gz"
-    r = CliRunner().invoke(cli, ["import", str(data_file("samples", "kineto", "nccl_data.json.gz")), "-o", str(out)])
+    r = CliRunner().invoke(cli, ["import", str(data_file("samples", "kineto", "nccl_data.json.xz")), "-o", str(out)])
     assert r.exit_code == 0, r.output
     # the excerpt of nccl_data (its first 2 ProfilerSteps, tests/data/samples/README.md): 1,800 kernel events
     assert "rank(s) 0 of 2" in r.output and "kernels 1,800" in r.output

@@ -14,7 +14,7 @@ from mmprof.errors import BadInput
 from mmprof.importers import import_paths, kineto
 from tests.conftest import open_data, DATA, data_file
 
-SAMPLES = sorted((DATA / "samples" / "kineto").glob("*.json.gz"))
+SAMPLES = sorted([*(DATA / "samples" / "kineto").glob("*.json.gz"), *(DATA / "samples" / "kineto").glob("*.json.xz")])
 OWN = sorted((DATA / "kineto_own").glob("*.json.gz"))
 
 
@@ -60,7 +60,7 @@ def test_every_sample_imports_with_raw_counts(path):
 
 
 def test_nccl_collectives_and_device():
-    p = kineto.load([sample("nccl_data.json.gz")])
+    p = kineto.load([sample("nccl_data.json.xz")])
     assert p.ranks == [0] and p.meta["parallel"]["world_size"] == 2
     dev = p.meta["ranks"][0]["devices"][0]
     assert (dev["vendor"], dev["arch"], dev["peak_key"]) == ("nvidia", "sm_80", "A100")
@@ -156,12 +156,12 @@ def test_cpu_only_and_counter_only():
 
 
 def test_same_rank_twice_is_an_error(tmp_path):
-    shutil.copy(sample("nccl_data.json.gz"), tmp_path / "a.json.gz")
-    shutil.copy(sample("nccl_data.json.gz"), tmp_path / "b.json.gz")
-    with pytest.raises(BadInput, match=r"a\.json\.gz and .*b\.json\.gz both claim rank 0"):
-        kineto.load([tmp_path / "a.json.gz", tmp_path / "b.json.gz"])
+    shutil.copy(sample("nccl_data.json.xz"), tmp_path / "a.json.xz")
+    shutil.copy(sample("nccl_data.json.xz"), tmp_path / "b.json.xz")
+    with pytest.raises(BadInput, match=r"a\.json\.xz and .*b\.json\.xz both claim rank 0"):
+        kineto.load([tmp_path / "a.json.xz", tmp_path / "b.json.xz"])
     with pytest.raises(BadInput, match="--rank applies to a single trace"):
-        kineto.load([tmp_path / "a.json.gz", tmp_path / "b.json.gz"], rank=3)
+        kineto.load([tmp_path / "a.json.xz", tmp_path / "b.json.xz"], rank=3)
 
 
 def test_rank_option_and_name(tmp_path):
@@ -405,7 +405,7 @@ def test_c10d_rows_do_not_double_count_record_param_comms():
     """NCCL traces have c10d ops around record_param_comms: one row per collective, as before. Truth: the raw
     JSON's c10d:: ops (one per collective call; the excerpt of nccl_data keeps its first 2 ProfilerSteps: 14,
     that of rank-0 its first: 7; the full files had 21 and 35)."""
-    for name, n in (("nccl_data.json.gz", 14), ("sampled_rank-0.json.gz", 10),
+    for name, n in (("nccl_data.json.xz", 14), ("sampled_rank-0.json.gz", 10),
                     ("rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", 7)):
         raw = json.load(open_data(sample(name)))["traceEvents"]
         assert n == sum(e.get("ph") == "X" and str(e.get("name", "")).startswith("c10d::") for e in raw)

@@ -13,7 +13,7 @@ from mmprof.importers import import_paths
 from mmprof.names import demangle, display_name, function_name
 from tests.conftest import DATA
 
-TRACES = ["samples/kineto/*.json.gz", "h200_runtime/*.json.xz", "kineto_own/*.json.gz", "diff_external/*.json.gz",
+TRACES = ["samples/kineto/*.json.gz", "samples/kineto/*.json.xz", "h200_runtime/*.json.xz", "kineto_own/*.json.gz", "diff_external/*.json.gz",
           "samples/nsys/*.sqlite", "samples/rocprofv3/rocpd/*.db", "samples/rocprofv3/csv/kernel_trace*.csv",
           "rocprofv3_json/*.json"]
 

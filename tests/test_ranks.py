@@ -122,7 +122,7 @@ def test_gloo_tp2_bandwidth_matches_raw_gloo_ranges():
 
 def test_nccl_single_rank_bandwidth_matches_kernel_args():
     """A100 NCCL rank 0 of 2: kernel args give the message; one rank only, so the bandwidth is a lower bound."""
-    path = data_file("samples", "kineto", "nccl_data.json.gz")
+    path = data_file("samples", "kineto", "nccl_data.json.xz")
     elem = {"Float": 4, "Long": 8}
     inst = defaultdict(list)
     for e in _raw(path):

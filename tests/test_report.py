@@ -83,7 +83,7 @@ def test_report_on_real_h200_trace():
 
 
 def test_report_unknown_device_says_so():
-    r = build_report(import_paths([data_file("samples", "kineto", "nccl_data.json.gz")]))
+    r = build_report(import_paths([data_file("samples", "kineto", "nccl_data.json.xz")]))
     assert r.devices == {0: None}
     assert any("A100" in w for w in r.warnings)
     assert all(k.bound in ("unknown", "communication", "memcpy") for p in r.phases for k in p.top_kernels)

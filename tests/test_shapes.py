@@ -245,7 +245,7 @@ def test_profile_vs_config_from_meta(tmp_path, capsys):
 
 
 def test_profile_without_shapes_is_no_evidence(capsys):
-    rc, _, err = run_cli(capsys, "--profile", str(data_file("samples", "kineto", "nccl_data.json.gz")))
+    rc, _, err = run_cli(capsys, "--profile", str(data_file("samples", "kineto", "nccl_data.json.xz")))
     assert rc == 2 and "no GEMM-like or attention ops with input shapes" in err
 
 

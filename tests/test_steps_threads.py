@@ -25,8 +25,8 @@ from tests.conftest import open_data, data_file
 KERNEL_CATS = {"kernel", "Kernel"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "Driver", "hip_runtime"}
 # HTA samples whose kernels are launched from two CPU threads, only one of them carrying ProfilerStep#N
-HTA_MULTI_THREAD = ["nccl_data.json.gz", "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "sampled_rank-0.json.gz",
-                    "sampled_rank-1.json.gz", "control.json.gz", "mi250_minitoy_train_ROCm6_2_kineto.json.gz"]
+HTA_MULTI_THREAD = ["nccl_data.json.xz", "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "sampled_rank-0.json.gz",
+                    "sampled_rank-1.json.gz", "control.json.xz", "mi250_minitoy_train_ROCm6_2_kineto.json.gz"]
 
 
 def _raw(path) -> list[dict]:

@@ -122,7 +122,7 @@ def test_empty_profile_is_no_evidence():
 
 
 def test_real_nccl_trace_adds_up():
-    p = import_paths([data_file("samples", "kineto", "nccl_data.json.gz")])
+    p = import_paths([data_file("samples", "kineto", "nccl_data.json.xz")])
     tl = timeline(p)
     shares_sum_to_one(tl)
     b = tl.breakdown()

@@ -82,7 +82,7 @@ def test_other_non_trace_csv_kinds_are_named(tmp_path, header, what):
 
 def test_files_of_different_runs_are_refused_unless_one_run(capsys, tmp_path):
     kin = SAMPLES / "kineto"
-    cases = [([kin / "nccl_data.json.gz", kin / "sampled_rank-1.json.gz"], "disagree on the world size"),
+    cases = [([kin / "nccl_data.json.xz", kin / "sampled_rank-1.json.gz"], "disagree on the world size"),
              ([kin / "sampled_rank-0.json.gz", SAMPLES / "rocprofv3" / "csv" / "kernel_trace.csv"], "different tools"),
              ([SAMPLES / "rocprofv3" / "rocpd" / "14_results.db", SAMPLES / "rocprofv3" / "rocpd" / "28_results.db"],
               "different programs")]
@@ -113,12 +113,12 @@ def test_kineto_files_far_apart_in_time_are_different_runs(tmp_path):
 
 def test_diff_warns_first_when_the_sides_differ_in_device_vendor_or_tool():
     amd = import_paths([SAMPLES / "rocprofv3" / "rocpd" / "14_results.db"])
-    nv = import_paths([SAMPLES / "kineto" / "nccl_data.json.gz"])
+    nv = import_paths([SAMPLES / "kineto" / "nccl_data.json.xz"])
     res = diff_profiles(amd, nv)
     first = res.warnings[0]
     assert first.startswith("the two sides differ in vendor amd vs nvidia")
     assert "device AMD Instinct MI300X vs NVIDIA A100-PG509-200" in first and "tool" in first
-    same = diff_profiles(nv, import_paths([SAMPLES / "kineto" / "nccl_data.json.gz"]))
+    same = diff_profiles(nv, import_paths([SAMPLES / "kineto" / "nccl_data.json.xz"]))
     assert not any("two sides differ" in w for w in same.warnings)
 
 

@@ -45,10 +45,11 @@ def json_bytes(f: Path) -> int:
     which can only choose fewer worker processes (never a pool that costs more than it saves)."""
     try:
         size = f.stat().st_size
-        if f.name.endswith(".gz") and size >= 18:
+        if size >= 18:
             with open(f, "rb") as fh:
-                fh.seek(-4, os.SEEK_END)
-                return max(size, int.from_bytes(fh.read(4), "little"))
+                if fh.read(2) == b"\x1f\x8b":  # a gzip by content, whatever its name
+                    fh.seek(-4, os.SEEK_END)
+                    return max(size, int.from_bytes(fh.read(4), "little"))
         return size
     except OSError:
         return 0
