@@ -43,3 +43,26 @@ def test_the_package_still_exports_profile_io_lazily():
     assert mmprof.Profile.__name__ == "Profile"
     with pytest.raises(AttributeError):
         mmprof.no_such_name  # noqa: B018
+
+
+def test_read_only_commands_turn_numpy_huge_page_hint_off_and_workloads_keep_it():
+    """mmprof/cli/__init__.py:_hugepage_hint: the analysis commands set NUMPY_MADVISE_HUGEPAGE=0 before numpy loads
+    (it is read once, at numpy's import); commands that run a workload (run, record, demo) leave the environment as
+    it was, and a value the user set is never replaced. Checked in fresh interpreters (numpy not yet imported)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os, sys; from mmprof.cli import _hugepage_hint; _hugepage_hint(sys.argv[1:]); "
+            "print(os.environ.get('NUMPY_MADVISE_HUGEPAGE', '-'))")
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+
+    def hint(*argv, **extra):
+        out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                             env={**env, **extra}, check=True)
+        return out.stdout.strip()
+
+    assert hint("diff", "a.json", "b.json") == "0" and hint("--debug", "report", "p.json") == "0"
+    assert hint("run", "--preset", "tiny") == "-" and hint("record", "--", "python", "x.py") == "-"
+    assert hint("demo") == "-" and hint("--version") == "-"
+    assert hint("diff", "a", "b", NUMPY_MADVISE_HUGEPAGE="1") == "1"

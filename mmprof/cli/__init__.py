@@ -184,7 +184,24 @@ def _dispatch(args: list[str]) -> int:
     return rc if isinstance(rc, int) else 0
 
 
+# Commands that only read and analyse profiles: numpy's huge-page hint off for the whole process (loading
+# included). numpy madvises huge pages for every array of 4 MB or more; where transparent huge pages are `madvise`
+# with defrag `madvise`, each first touch of such an array may compact memory synchronously, which these commands,
+# allocating GBs of fresh arrays on large profiles, pay as system time (`mmprof diff` of 2 x 1M kernels: 2.10-2.13x
+# -> 1.99x the load-only process, docs/benchmarks.md). Commands that start a workload (run, record, demo,
+# verify-fastpath --run, shapes --live) keep the default, so the measured program's environment is untouched. A
+# value the user set wins.
+_READ_ONLY = frozenset({"diff", "report", "summary", "export", "ranks", "import", "classify"})
+
+
+def _hugepage_hint(args: list[str]) -> None:
+    cmd = next((a for a in args if not a.startswith("-")), None)
+    if cmd in _READ_ONLY and "NUMPY_MADVISE_HUGEPAGE" not in os.environ and "numpy" not in sys.modules:
+        os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"
+
+
 def _run(args: list[str]):
+    _hugepage_hint(args)
     try:
         return cli.main(args=args, prog_name="mmprof", standalone_mode=False)
     except Exception as e:  # a command that asked for a report file on failure (verify-fastpath --junit) gets it
