@@ -312,3 +312,22 @@ def test_a_user_rule_that_nests_repeats_is_refused(tmp_path, capsys):
     ok = tmp_path / "ok.toml"
     ok.write_text('[[rule]]\nid = "x.ok"\npattern = "^my_gemm_[0-9]+$"\nfamily = "gemm"\n')
     assert [r.id for r in read_rule_file(ok)] == ["x.ok"]
+
+
+@pytest.mark.parametrize("name, family, variant", [
+    # seen on the H200 in the runtime's compile rung (tests/data/h200_compile): the KV insert fused into a Triton
+    # kernel; `torch.index`'s `index_put` keyword claimed it as a PyTorch gather/scatter kernel before
+    ("triton_poi_fused_add_arange_index_put_slice_transpose_view_7", "elementwise", "inductor_pointwise"),
+    ("triton_poi_fused_index_add_scatter_add_0", "elementwise", "inductor_pointwise"),
+    ("triton_per_fused_add_fused_add_rms_norm_1", "reduction", "inductor_reduction"),
+    ("triton_red_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0", "reduction", "inductor_reduction"),
+    ("triton_tem_fused_mm_0", "gemm", "inductor_template"),
+    ("cpp_fused_index_put_0", "elementwise", "inductor_cpp"),
+])
+def test_inductor_names_are_never_claimed_by_the_ops_they_fuse(name, family, variant):
+    """Inductor names a kernel after the ops it fuses (torch/_inductor/codegen/triton.py, descriptive_names =
+    "original_aten"); kernels_inductor.toml is read first so no keyword rule of a later file claims them."""
+    from mmprof.analysis.classify import default_rules
+
+    c = default_rules().classify(name)
+    assert (c.family, c.variant) == (family, variant), c

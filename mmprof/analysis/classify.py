@@ -34,7 +34,7 @@ RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 # kernels_serving.toml (serving-engine kernels other files would put in a wrong family, fused kernels) comes first;
 # kernels_engines.toml (rules anchored on an engine's or kernel library's namespace or exact kernel names) comes
 # before the model file, whose rules are keyword-like.
-BUILTIN_FILES = ("cpu_ops.toml", "kernels_serving.toml", "kernels_engines.toml", "kernels_model.toml", "kernels_rocm.toml", "kernels_cuda.toml",
+BUILTIN_FILES = ("kernels_inductor.toml", "cpu_ops.toml", "kernels_serving.toml", "kernels_engines.toml", "kernels_model.toml", "kernels_rocm.toml", "kernels_cuda.toml",
                  "kernels_torch.toml", "kernels_generic.toml")
 PATHS = ("fast", "fallback", "neutral")
 FAMILIES = ("gemm", "grouped_gemm", "moe", "attention", "sparse_attention", "indexer_score", "ssm", "topk", "sort",
