@@ -74,34 +74,16 @@ _RARE_FIELDS = ("coll_name", "dtype", "in_nelems", "out_nelems", "group_size", "
 _RARE_KEY = b'"Collective name"'
 
 
-class LeanArgs(msgspec.Struct, forbid_unknown_fields=False, gc=False):
-    external_id: Union[int, str, None] = msgspec.field(default=None, name="External id")
-    external_id_old: Union[int, str, None] = msgspec.field(default=None, name="external id")
-    correlation: Union[int, str, None] = None
-    device: Union[int, str, None] = None
-    stream: Union[int, str, None] = None
-    grid: Any = None
-    block: Any = None
-    bytes: Union[int, float, str, None] = None
-    size: Union[int, float, str, None] = None
-    kind: Union[int, str, None] = None
-    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
-    name: Any = None
-    labels: Any = None
-    # the rare fields: class attributes (no slot), always None
-    coll_name = dtype = in_nelems = out_nelems = group_size = pg_name = pg_desc = pg_id = pg_ranks = kernel = None
+def _lean(struct: type, name: str, drop: tuple[str, ...] = (), **types: Any) -> type:
+    """`struct` without the fields `drop` (class attributes reading None instead: no slot) and with some field
+    types replaced: derived, so a field added to Args or Event is in its lean twin too."""
+    fields = [(f.name, types.get(f.name, f.type), msgspec.field(default=f.default, name=f.encode_name))
+              for f in msgspec.structs.fields(struct) if f.name not in drop]
+    return msgspec.defstruct(name, fields, namespace=dict.fromkeys(drop), forbid_unknown_fields=False, gc=False)
 
 
-class LeanEvent(msgspec.Struct, forbid_unknown_fields=False, gc=False):
-    ph: Union[str, None] = None
-    cat: Union[str, None] = None
-    name: Any = None
-    pid: Union[int, str, None] = None
-    tid: Union[int, str, None] = None
-    ts: Union[int, float, None] = None
-    dur: Union[int, float, None] = None
-    args: Union[LeanArgs, None] = None
+LeanArgs = _lean(Args, "LeanArgs", _RARE_FIELDS)
+LeanEvent = _lean(Event, "LeanEvent", args=Union[LeanArgs, None])
 
 
 class Trace(msgspec.Struct, forbid_unknown_fields=False):
