@@ -172,9 +172,10 @@ def read_bytes(path: str | os.PathLike, watch=None) -> bytes:
     try:
         with open(p, "rb") as f:
             head = f.read(6)
-            if _compressed(head):
+            kind = _compressed(head)
+            if kind:
                 f.seek(0)
-                data = _gunzip(p, f, limit, st.st_size, watch, _compressed(head))
+                data = _gunzip(p, f, limit, st.st_size, watch, kind)
             else:
                 if limit is not None and st.st_size > limit:
                     raise _too_big(p, limit, False)

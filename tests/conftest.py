@@ -73,13 +73,11 @@ _derive_nostack()
 def open_data(path: str | os.PathLike, mode: str = "rb"):
     """A fixture opened for reading, decompressed by its content (gzip, xz or plain): the raw JSON of a trace for
     independent counts, whichever way it is committed."""
+    from mmprof.fileio import _compressed
+
     with open(path, "rb") as f:
-        head = f.read(6)
-    if head[:2] == b"\x1f\x8b":
-        return gzip.open(path, mode)
-    if head == b"\xfd7zXZ\x00":
-        return lzma.open(path, mode)
-    return open(path, mode)
+        kind = _compressed(f.read(6))
+    return gzip.open(path, mode) if kind == "gzip" else lzma.open(path, mode) if kind == "xz" else open(path, mode)
 
 
 def data_file(*parts: str) -> Path:

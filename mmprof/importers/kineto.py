@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mmprof.errors import BadInput
-from mmprof.fileio import check_density, check_events, gzip_size, read_bytes
+from mmprof.fileio import GZIP_MAGIC, check_density, check_events, gzip_size, read_bytes
 from mmprof.importers import _kineto_meta as km
 from mmprof.importers._chrome import decode
 from mmprof.importers._kineto_rank import RankImporter
@@ -47,7 +47,7 @@ def json_bytes(f: Path) -> int:
         size = f.stat().st_size
         if size >= 18:
             with open(f, "rb") as fh:
-                if fh.read(2) == b"\x1f\x8b":  # a gzip by content, whatever its name
+                if fh.read(2) == GZIP_MAGIC:  # a gzip by content, whatever its name
                     fh.seek(-4, os.SEEK_END)
                     return max(size, int.from_bytes(fh.read(4), "little"))
         return size

@@ -88,6 +88,15 @@ def experts_grouped(x: torch.Tensor, w: torch.Tensor, slots: torch.Tensor, w13: 
     return torch.zeros_like(x).index_add_(0, tok, y.to(x.dtype))
 
 
+def with_fused_slot(w: torch.Tensor, slots: torch.Tensor, fused_slot: int,
+                    fused_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused shared expert as an always-selected extra slot: w, slots [N, k] -> [N, k+1] (weight
+    `fused_weight`, slot `fused_slot`)."""
+    n = slots.shape[0]
+    slots = torch.cat([slots, torch.full((n, 1), fused_slot, device=slots.device, dtype=slots.dtype)], 1)
+    return torch.cat([w, torch.full((n, 1), fused_weight, device=w.device, dtype=w.dtype)], 1), slots
+
+
 def routed_grouped(x: torch.Tensor, w: torch.Tensor, slots: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
                    alpha: float, limit: float, use_mm: bool, fused_slot: int, fused_weight: float, scale: float,
                    shared: torch.Tensor | None) -> torch.Tensor:
@@ -95,9 +104,7 @@ def routed_grouped(x: torch.Tensor, w: torch.Tensor, slots: torch.Tensor, w13: t
     weight `fused_weight` to every token's top-k (fused_slot < 0: not fused), the grouped experts, the routed
     scaling, and a separately run shared expert's output `shared` added. x [N, H] -> [N, H]."""
     if fused_slot >= 0:
-        n = x.shape[0]
-        slots = torch.cat([slots, torch.full((n, 1), fused_slot, device=x.device, dtype=slots.dtype)], 1)
-        w = torch.cat([w, torch.full((n, 1), fused_weight, device=x.device, dtype=w.dtype)], 1)
+        w, slots = with_fused_slot(w, slots, fused_slot, fused_weight)
     out = experts_grouped(x, w, slots, w13, w2, alpha, limit, use_mm) * scale
     return out if shared is None else out + shared
 
@@ -183,9 +190,7 @@ class MoE(nn.Module):
         with scope(f"{p}.routed"):  # the MoE layer's single all-reduce (TP/EP) is attributed here
             if sw.moe_impl == "loop":
                 if fuse:  # the shared expert as an always-selected extra slot, weight 1/scale
-                    n = x.shape[0]
-                    slots = torch.cat([slots, torch.full((n, 1), self.n_local, device=x.device, dtype=slots.dtype)], 1)
-                    w = torch.cat([w, torch.full((n, 1), 1.0 / self.scale, device=x.device, dtype=w.dtype)], 1)
+                    w, slots = with_fused_slot(w, slots, self.n_local, 1.0 / self.scale)
                 out = self._experts_loop(x, w, slots) * self.scale  # [N, H]
                 if shared is not None:
                     out = out + shared
