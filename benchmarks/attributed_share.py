@@ -3,7 +3,7 @@
 For every trace: the events (kernels, or a CPU run's outermost compute ops) whose layer/region is known, by the
 evidence that gave it (annotation, module, shape), as a share of the events' time. Traces with nn.Module events
 (`with_stack`, or `mmprof record`'s module ranges) are labelled without help; traces with shapes only get
-`--model CONFIG` shape matching (`mmprof.analysis.shape_match`).
+`--model CONFIG` shape matching (`mmprof.analysis.shapes.shape_match`).
 
 Usage: python benchmarks/attributed_share.py   (reads tests/data/hf_moe and examples/h200/hf_m3)
 """
@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from mmprof.analysis.events import events_of  # noqa: E402
-from mmprof.analysis.shape_match import match_profile  # noqa: E402
+from mmprof.analysis.timeline.events import events_of  # noqa: E402
+from mmprof.analysis.shapes.shape_match import match_profile  # noqa: E402
 from mmprof.importers import import_paths  # noqa: E402
 from mmprof.modelspec import ModelSpec  # noqa: E402
 

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mmprof.analysis.classify import BUILTIN_FILES, LIBRARY_PLATFORM, RuleSet, default_rules, read_rule_file  # noqa: E402
+from mmprof.analysis.attribution.classify import BUILTIN_FILES, LIBRARY_PLATFORM, RuleSet, default_rules, read_rule_file  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "kernel_corpus" / "corpus.tsv"
 

@@ -176,7 +176,7 @@ def main() -> None:
         text = timed(env_py + ["-m", "mmprof", "diff", str(pb), str(pa)])
         load = timed(env_py + ["-c", CHILD_LOAD, str(pb), str(pa)])
         rounds.append({"cli": cli, "text": text, "load": load})
-    from mmprof.analysis.diff import diff_profiles
+    from mmprof.analysis.compare.diff import diff_profiles
 
     t0 = time.perf_counter()
     lb, la = load_profile(pb), load_profile(pa)

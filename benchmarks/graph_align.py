@@ -1,5 +1,5 @@
 """Graph replays with no capture in the window: share of kernel time in regions before / after aligning the replays
-with the eager kernels (mmprof.analysis.graph_align), and what the alignment costs; one JSON line per trace.
+with the eager kernels (mmprof.analysis.attribution.graph_align), and what the alignment costs; one JSON line per trace.
 
 "before" is the same analysis with the alignment switched off (the regions the capture / eager / reference rules
 and the eager kernels' own labels give). Times are medians of 3 in one process: loading the trace (the import for
@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-import mmprof.analysis.events as events  # noqa: E402
-from mmprof.analysis.graph_align import AlignStats  # noqa: E402
+import mmprof.analysis.timeline.events as events  # noqa: E402
+from mmprof.analysis.attribution.graph_align import AlignStats  # noqa: E402
 from mmprof.importers import import_paths  # noqa: E402
 from mmprof.profiles.io import load_profile  # noqa: E402
 

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mmprof.analysis.classify import classify_name, default_rules  # noqa: E402
+from mmprof.analysis.attribution.classify import classify_name, default_rules  # noqa: E402
 from mmprof.cli import main as cli_main  # noqa: E402
 from mmprof.names import demangle, display_name  # noqa: E402
 from mmprof.names_distinct import distinct_display_names  # noqa: E402

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from mmprof.analysis.checks.verify import verify  # noqa: E402
-from mmprof.analysis.events import events_of  # noqa: E402
+from mmprof.analysis.timeline.events import events_of  # noqa: E402
 from mmprof.importers import import_paths  # noqa: E402
 
 DIRS = [ROOT / "tests" / "data" / "samples" / "vllm", ROOT / "tests" / "data" / "vllm_own"]
@@ -62,7 +62,7 @@ def measure(path: Path) -> dict:
     steps = f[f.step >= 0].groupby("step").phase.first()
     ind = ev.inductor
     ind_d = None
-    if ind is not None and ind.kernels:  # Inductor kernels (analysis/inductor.py): share of kernel time, placed
+    if ind is not None and ind.kernels:  # Inductor kernels (analysis/attribution/inductor.py): share of kernel time, placed
         placed = sum(ind.by_source.values())
         ind_d = {"kernels": ind.kernels, "share": round(ind.time_ns / total, 4),
                  "attributed": round(placed / ind.time_ns, 4),

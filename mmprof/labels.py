@@ -18,7 +18,7 @@ Every importer and analysis reads labels through this module, so one spelling me
   `mmprof/rules/roles.toml` (data): module-path suffixes after the layer index (`model.layers.12.mlp.experts`
   -> `moe.routed`), model-level names (`lm_head`), nn.Module class names -> kinds -> roles for the module
   trees of `with_stack` traces, and engine custom ops (`vllm::moe_forward_shared`) -> roles, as region anchors
-  (used by `mmprof.analysis.structure`).
+  (used by `mmprof.analysis.attribution.structure`).
 
 A region records where it came from (`source`): `annotation` (an explicit label: mmprof's scope labels, module
 paths in record_function / NVTX / roctx ranges, `mmprof record`'s module ranges), `module` (nn.Module events

@@ -4,7 +4,7 @@
 and legacy keys), DeepSeek V3 / V3.2 (MLA, DSA indexer), Qwen3-MoE / Qwen2-MoE, Mixtral, gpt-oss, and dense
 Llama-style models into one normalised description: per layer whether the MLP is dense or MoE and whether the
 attention has a block-selection indexer. It is the one reader of such configs: the reference runtime builds its
-`ModelArgs` from it, and the shape matching of traces (`mmprof.analysis.problems`) derives per-rank GEMM
+`ModelArgs` from it, and the shape matching of traces (`mmprof.analysis.shapes.problems`) derives per-rank GEMM
 problems from it. Missing sizes are refused with one line, never defaulted to M3's.
 """
 

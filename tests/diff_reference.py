@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.diff import (UNSCOPED, _choose_phase, _deltas, _path_changes, _short, _side,
+from mmprof.analysis.compare.diff import (UNSCOPED, _choose_phase, _deltas, _path_changes, _short, _side,
                                   variant_times)
 from mmprof.labels import is_marker, module_event
 

@@ -212,8 +212,8 @@ VARIANTS = {"real": real, "piecewise": piecewise, "piecewise_unannotated": lambd
 
 
 def main() -> None:
-    from mmprof.analysis.events import events_of
-    from mmprof.analysis.graph_summary import graph_summary
+    from mmprof.analysis.timeline.events import events_of
+    from mmprof.analysis.views.graph_summary import graph_summary
 
     for name, make in VARIANTS.items():
         p = make()

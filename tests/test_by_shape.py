@@ -1,4 +1,4 @@
-"""`mmprof report --by-shape` (mmprof.analysis.by_shape, rendered by render/text/by_shape.py): a roofline row per
+"""`mmprof report --by-shape` (mmprof.analysis.views.by_shape, rendered by render/text/by_shape.py): a roofline row per
 (region, op, input shapes, dtype) and the GPU time per op. The truth is recounted here from the profile's own
 kernel and op tables (GEMM FLOPs from the recorded input shapes: 2*M*K*N), and, on another runtime's trace, the
 regions come from shape matching against the model config (`--model`).
@@ -12,7 +12,7 @@ from collections import defaultdict
 import orjson
 import pytest
 
-from mmprof.analysis.by_shape import by_shape
+from mmprof.analysis.views.by_shape import by_shape
 from mmprof.importers import import_paths
 from mmprof.profiles.io import load_profile, save_profile
 from tests.conftest import ROOT, data_file

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mmprof.analysis.classify import (BUILTIN_FILES, FAMILIES, PATHS, RULES_DIR, builtin_rules, classify_name, classify_profile, load_rules)
-from mmprof.analysis.coverage import coverage
-from mmprof.analysis.events import events_of
+from mmprof.analysis.attribution.classify import (BUILTIN_FILES, FAMILIES, PATHS, RULES_DIR, builtin_rules, classify_name, classify_profile, load_rules)
+from mmprof.analysis.views.coverage import coverage
+from mmprof.analysis.timeline.events import events_of
 from mmprof.errors import BadInput
 from tests.conftest import DATA
 
@@ -292,7 +292,7 @@ def test_classify_cli_errors(capsys, tmp_path):
      "SGLang"),
 ])
 def test_kernels_from_other_runtimes(name, family, library):
-    from mmprof.analysis.classify import classify_name
+    from mmprof.analysis.attribution.classify import classify_name
 
     k = classify_name(name)
     assert (k.family, k.library) == (family, library), k
@@ -302,7 +302,7 @@ def test_kernels_from_other_runtimes(name, family, library):
 def test_a_user_rule_that_nests_repeats_is_refused(tmp_path, capsys):
     """issue 25: spec regexes with nested quantifiers hung the gate; a `--rules` file is user input too. `(a+)+$`
     on 30 `a`s and a `b` backtracks 2**30 times in Python's re; refused at load, one line, exit 2."""
-    from mmprof.analysis.classify import read_rule_file
+    from mmprof.analysis.attribution.classify import read_rule_file
     from mmprof.errors import BadInput
 
     f = tmp_path / "r.toml"
@@ -327,7 +327,7 @@ def test_a_user_rule_that_nests_repeats_is_refused(tmp_path, capsys):
 def test_inductor_names_are_never_claimed_by_the_ops_they_fuse(name, family, variant):
     """Inductor names a kernel after the ops it fuses (torch/_inductor/codegen/triton.py, descriptive_names =
     "original_aten"); kernels_inductor.toml is read first so no keyword rule of a later file claims them."""
-    from mmprof.analysis.classify import default_rules
+    from mmprof.analysis.attribution.classify import default_rules
 
     c = default_rules().classify(name)
     assert (c.family, c.variant) == (family, variant), c

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mmprof.analysis.classify import FAMILIES, LIBRARY_PLATFORM, default_rules, load_rules
+from mmprof.analysis.attribution.classify import FAMILIES, LIBRARY_PLATFORM, default_rules, load_rules
 from tests.conftest import DATA
 
 CORPUS = DATA / "kernel_corpus" / "corpus.tsv"

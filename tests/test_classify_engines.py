@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from mmprof.analysis.classify import classify_name, load_rules
-from mmprof.analysis.coverage import coverage
-from mmprof.analysis.events import events_of
+from mmprof.analysis.attribution.classify import classify_name, load_rules
+from mmprof.analysis.views.coverage import coverage
+from mmprof.analysis.timeline.events import events_of
 from mmprof.names import function_name
 from mmprof.profiles import ProfileBuilder
 from mmprof.errors import BadInput
@@ -281,7 +281,7 @@ def test_ep_all_to_all_variant_names_the_op_and_library():
 
 def test_deepep_time_counts_as_communication_in_the_timeline():
     """A decode step where DeepEP dispatch + combine are 46% of the kernel time: the timeline must say so."""
-    from mmprof.analysis.timeline import timeline
+    from mmprof.analysis.timeline.breakdown import timeline
     from tests.profile_builder import Synth
 
     s = Synth()

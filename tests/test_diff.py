@@ -7,7 +7,7 @@ import json
 import orjson
 import pytest
 
-from mmprof.analysis.diff import diff_profiles
+from mmprof.analysis.compare.diff import diff_profiles
 from mmprof.errors import NoEvidence
 from mmprof.importers import import_paths
 from mmprof.profiles import save_profile
@@ -151,8 +151,8 @@ def test_cpu_against_gpu_profile_warns():
 def test_verdict_names_every_bigger_move():
     # issue 25 (h200x2 eager -> graphs, batch 64): host-bound -> memory-bound named, communication 44.8% -> 3.8%
     # left out; a category that moved more points than the ones the verdict names is named too
-    from mmprof.analysis.diff import CategoryChange, _verdict
-    from mmprof.analysis.timeline import CATEGORIES, LABELS
+    from mmprof.analysis.compare.diff import CategoryChange, _verdict
+    from mmprof.analysis.timeline.breakdown import CATEGORIES, LABELS
     share = {"idle_host": (0.40, 0.10), "memory_bound": (0.10, 0.45), "communication": (0.448, 0.038)}
     cats = [CategoryChange(c, LABELS[c], *share.get(c, (0.0, 0.0)), 0, 0) for c in CATEGORIES]
     v = _verdict("decode", cats, None, ("idle_host", "memory_bound"))

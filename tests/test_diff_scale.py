@@ -1,4 +1,4 @@
-"""The diff groups events once over integer codes (`mmprof.analysis.diff._work`); its tables must be exactly those
+"""The diff groups events once over integer codes (`mmprof.analysis.compare.diff._work`); its tables must be exactly those
 of the per-event grouping it replaced (`tests/diff_reference.py`), on real profiles of several runtimes and
 model families and on a multi-rank synthetic one. Durations are integer ns, so sums are exact in any order:
 equality, not a tolerance."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.diff_speed import make_profile
-from mmprof.analysis.diff import diff_profiles
+from mmprof.analysis.compare.diff import diff_profiles
 from mmprof.importers import import_paths
 from tests.conftest import data_file
 from tests.diff_reference import reference_grouping

@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmprof.analysis.diff import diff_profiles
-from mmprof.analysis.engine_steps import engine_steps
-from mmprof.analysis.report import build_report
-from mmprof.analysis.timeline import CATEGORIES, timeline
+from mmprof.analysis.compare.diff import diff_profiles
+from mmprof.analysis.timeline.engine_steps import engine_steps
+from mmprof.analysis.views.report import build_report
+from mmprof.analysis.timeline.breakdown import CATEGORIES, timeline
 from mmprof.importers import import_paths
 from mmprof.labels import engine_step, is_marker, parse_label, phase_of, step_values
 from tests.conftest import open_data, data_file
@@ -294,8 +294,8 @@ def test_export_and_verify_carry_engine_steps(tmp_path, capsys):
     assert len(slices) == 4 and slices[0]["args"]["phase"] == "prefill" and slices[0]["args"]["ctx_tokens"] == 64
     assert [e["args"]["phase"] for e in slices] == ["prefill", "mixed", "decode", "decode"]
     # the counter tracks name the host time between the steps as the breakdown does, not as launch-bound idle
-    from mmprof.analysis.events import events_of
-    from mmprof.analysis.timeline import category_segments
+    from mmprof.analysis.timeline.events import events_of
+    from mmprof.analysis.timeline.breakdown import category_segments
     prof = import_paths([data_file(*GRAPHS)])
     ev, tl = events_of(prof), timeline(prof)
     seg = category_segments(ev, tl.pieces)
@@ -319,7 +319,7 @@ def test_export_and_verify_carry_engine_steps(tmp_path, capsys):
 def test_ranks_use_engine_steps(tmp_path):
     # two TP ranks of one engine: each worker annotates every execute_model call (vllm/v1/worker/gpu_worker.py),
     # so step N is the N-th engine step of each rank; ranks compares them step by step
-    from mmprof.analysis.ranks import rank_analysis
+    from mmprof.analysis.ranks.imbalance import rank_analysis
     names = ["execute_context_1(5)_generation_0(0)", "execute_context_1(3)_generation_2(2)",
              "execute_context_0(0)_generation_3(3)"]
     paths = []

@@ -1,4 +1,4 @@
-"""The event-frame cache of `mmprof.analysis.events.events_of`: a frame is built once per profile, rules set and
+"""The event-frame cache of `mmprof.analysis.timeline.events.events_of`: a frame is built once per profile, rules set and
 regions, and never returned for a profile whose contents changed since, nor for another profile object (a copy
 that shares the first one's attributes). The truth is the frame a fresh build gives: a cached frame must equal it.
 """
@@ -10,8 +10,8 @@ import copy
 import numpy as np
 import pytest
 
-from mmprof.analysis.classify import default_rules
-from mmprof.analysis.events import content_hash, events_of
+from mmprof.analysis.attribution.classify import default_rules
+from mmprof.analysis.timeline.events import content_hash, events_of
 from tests.profile_builder import Synth
 
 
@@ -64,7 +64,7 @@ def test_the_frame_lives_in_the_profiles_derived_cache():
     """The cache is the Profile's own documented object (`Profile.derived`, profiles/profile.py:DerivedCache):
     events_of adds no other attribute to the profile, and the entry is found under the very rules object and
     regions it was built from, with the profile's current stamp, and under nothing else."""
-    from mmprof.analysis import events as ev_mod
+    from mmprof.analysis.timeline import events as ev_mod
 
     p = _profile()
     attrs = set(vars(p))
@@ -82,7 +82,7 @@ def test_a_pickled_or_deep_copied_profile_starts_with_an_empty_cache():
     (nothing derived travels or is saved), and the copy builds its own frame, equal to the original's."""
     import pickle
 
-    from mmprof.analysis import events as ev_mod
+    from mmprof.analysis.timeline import events as ev_mod
 
     p = _profile()
     a = events_of(p)
@@ -102,7 +102,7 @@ def _kernels_only(n: int):
 
 def test_a_permutation_in_place_rebuilds():
     """A sort in place keeps every value (so a sum or XOR of the column would not change) but moves them: the
-    stamp's hash weighs each word by its position (`mmprof.analysis.events.content_hash`)."""
+    stamp's hash weighs each word by its position (`mmprof.analysis.timeline.events.content_hash`)."""
     p = _kernels_only(40)
     a = events_of(p)
     p.tables["kernels"]["dur_ns"][::-1].sort()          # descending, in place

@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from mmprof.analysis.events import events_of
+from mmprof.analysis.timeline.events import events_of
 from mmprof.cli import main
 from mmprof.profiles import load_profile
 from mmprof.render.perfetto import COUNTER, export_trace

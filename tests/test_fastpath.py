@@ -311,7 +311,7 @@ def _runtime_run(**switches):
     (dict(block_reuse=1), {"FP002"}),
 ])
 def test_reference_runtime_cpu_runs(switches, codes):
-    from mmprof.analysis.classify import classify_names
+    from mmprof.analysis.attribution.classify import classify_names
 
     p = _runtime_run(**switches)
     cls = classify_names(list(p.col("ops", "name", decode=True)))  # every CPU op name the run recorded
@@ -368,7 +368,7 @@ def test_cpu_ops_without_parent_links_nest_by_time():
     """An importer that could not record op parents: nesting is inferred, so _grouped_mm's inner mm is hidden."""
     import numpy as np
 
-    from mmprof.analysis.events import events_of, infer_parents
+    from mmprof.analysis.timeline.events import events_of, infer_parents
 
     p = runtime_profile(steps=1)
     linked = p.tables["ops"]["parent"].copy()

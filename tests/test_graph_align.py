@@ -22,9 +22,9 @@ import re
 import numpy as np
 import pytest
 
-from mmprof.analysis.events import events_of
-from mmprof.analysis.graph_align import SOURCES
-from mmprof.analysis.graph_summary import graph_summary
+from mmprof.analysis.timeline.events import events_of
+from mmprof.analysis.attribution.graph_align import SOURCES
+from mmprof.analysis.views.graph_summary import graph_summary
 from tests import graph_variants as V
 from tests.conftest import open_data, SHARED_SAMPLES, data_file
 
@@ -238,7 +238,7 @@ def test_alignment_never_picks_one_of_several_identical_layers():
     # a pattern of 4 identical layers (the same kernels, each layer its own region) and a query of one layer's
     # kernels: every layer fits equally well, so no kernel is placed (all ambiguous); a query that starts with the
     # kernel only layer 0 has (the embedding) is placed, in layer 0 and layer 1 only
-    from mmprof.analysis.graph_align import _align, _Ref
+    from mmprof.analysis.attribution.graph_align import _align, _Ref
 
     layer = [10, 11, 12, 13]  # norm, gemm, attention, gemm: token ids
     names = np.array([99] + layer * 4, np.int64)

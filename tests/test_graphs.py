@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmprof.analysis.events import events_of
-from mmprof.analysis.graph_summary import graph_summary
-from mmprof.analysis.launch_queue import launch_analysis
+from mmprof.analysis.timeline.events import events_of
+from mmprof.analysis.views.graph_summary import graph_summary
+from mmprof.analysis.timeline.launch_queue import launch_analysis
 from mmprof.cli import main
 from mmprof.importers import import_paths
 from mmprof.importers.graph_replays import attribute_replays

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from mmprof.analysis.events import events_of
+from mmprof.analysis.timeline.events import events_of
 from mmprof.profiles.io import load_profile
 from tests.conftest import data_file
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from mmprof.analysis.coverage import coverage
-from mmprof.analysis.events import events_of
+from mmprof.analysis.views.coverage import coverage
+from mmprof.analysis.timeline.events import events_of
 from mmprof.analysis.checks.verify import verify
 from mmprof.importers import import_paths
 from tests.conftest import open_data, data_file
@@ -44,7 +44,7 @@ def test_h200_runtime_kernels_classify_and_verify(name, codes):
 
 def test_h200_grouped_gemm_kernel_is_the_cutlass_grouped_path():
     p = import_paths([data_file("h200_runtime", "runtime_fast.json.xz")])
-    from mmprof.analysis.classify import classify_profile
+    from mmprof.analysis.attribution.classify import classify_profile
 
     cls = classify_profile(p)
     k = p.df("kernels")
@@ -64,7 +64,7 @@ def test_h200_ladder_profiles_diff_step_by_step():
     """The committed H200 ladder (mmprof run --preset small --device cuda, batch 8; each file is decode step 2 of
     its run, examples/trim.py): each step's diff names the path change it made; the expert loop -> grouped GEMM
     step is a large step-time win."""
-    from mmprof.analysis.diff import diff_profiles
+    from mmprof.analysis.compare.diff import diff_profiles
 
     base, grouped, fused, reuse2 = (_ladder(n) for n in ("baseline", "grouped", "fused", "reuse2"))
     d = diff_profiles(base, grouped, phase="decode")
@@ -89,7 +89,7 @@ def test_h200_ladder_profiles_carry_plain_and_profiled_timings():
 
 
 def test_diff_reports_the_plain_timing_next_to_the_profiled_one():
-    from mmprof.analysis.diff import diff_profiles
+    from mmprof.analysis.compare.diff import diff_profiles
 
     d = diff_profiles(_ladder("baseline"), _ladder("grouped"), phase="decode")
     assert d.plain is not None and d.plain["change"]["decode"] > 0.5  # 86.8 -> 176.8 tok/s without the profiler

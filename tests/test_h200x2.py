@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmprof.analysis.diff import diff_profiles
-from mmprof.analysis.events import events_of
-from mmprof.analysis.shape_match import match_profile
-from mmprof.analysis.timeline import timeline
+from mmprof.analysis.compare.diff import diff_profiles
+from mmprof.analysis.timeline.events import events_of
+from mmprof.analysis.shapes.shape_match import match_profile
+from mmprof.analysis.timeline.breakdown import timeline
 from mmprof.importers import import_paths
 from mmprof.modelspec import ModelSpec
 

@@ -1,4 +1,4 @@
-"""Inductor-generated kernels attributed to the regions whose ops they fuse (mmprof/analysis/inductor.py).
+"""Inductor-generated kernels attributed to the regions whose ops they fuse (mmprof/analysis/attribution/inductor.py).
 
 Truths and where they come from:
 - kernel names: Inductor names a fused kernel `{triton_poi|triton_red|triton_per|triton_tem|cpp}_fused_{ops}_{n}`
@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from mmprof.analysis import inductor
-from mmprof.analysis.events import events_of
+from mmprof.analysis.attribution import inductor
+from mmprof.analysis.timeline.events import events_of
 from mmprof.cli import cli, main
 from mmprof.errors import BadInput
 from mmprof.importers import import_paths

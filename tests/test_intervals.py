@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mmprof.analysis.intervals import busy_by_key, gaps, intersect, merge_intervals, overlap_length, union_length
+from mmprof.analysis.timeline.intervals import busy_by_key, gaps, intersect, merge_intervals, overlap_length, union_length
 
 
 def _cover(s, e, n=200):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mmprof.analysis.events import events_of
+from mmprof.analysis.timeline.events import events_of
 from mmprof.importers import import_paths
 from mmprof.errors import BadInput
 from mmprof.labels import (is_marker, load_roles, module_event, parse_label, parse_path, phase_of, rank_from_name,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmprof.analysis.launch_queue import launch_analysis
+from mmprof.analysis.timeline.launch_queue import launch_analysis
 from mmprof.importers import import_paths
 from tests.conftest import data_file
 from tests.profile_builder import SKINNY, Synth, decode_run

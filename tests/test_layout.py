@@ -158,7 +158,7 @@ def _render(fn, width: int, *args) -> str:
 
 
 def test_run_record_import_renderers_fit():
-    from mmprof.analysis.runinfo import RunSummary
+    from mmprof.analysis.timeline.runinfo import RunSummary
     from mmprof.capture.record import RecordResult
     from mmprof.profiles import load_profile
     from mmprof.render.text.imports import render_import

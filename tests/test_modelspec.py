@@ -7,7 +7,7 @@ model").
   `from_spec(to_spec(args))` gives back every model field of every preset, so no model dimension lives in
   ModelArgs alone (a field added to ModelArgs but not carried by ModelSpec comes back as its default and fails on
   the presets that differ from the defaults: tiny, small).
-- The expected per-rank GEMMs of a trace come from `analysis/problems.rank_problems` (arithmetic on a ModelSpec,
+- The expected per-rank GEMMs of a trace come from `analysis/shapes/problems.rank_problems` (arithmetic on a ModelSpec,
   in the layouts of several runtimes); the reference runtime's own shapes come from what it builds on the meta
   device (`runtime/shapes.analytic`). The truth checked here: every GEMM (N, K, weight groups) the runtime builds,
   on every rank, for every preset, TP and EP, is in rank_problems' table under its role.
@@ -19,7 +19,7 @@ import dataclasses
 
 import pytest
 
-from mmprof.analysis.problems import rank_problems
+from mmprof.analysis.shapes.problems import rank_problems
 from mmprof.runtime import PRESETS, analytic, get_preset, to_spec
 from mmprof.runtime.config import from_spec
 

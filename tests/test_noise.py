@@ -1,11 +1,11 @@
-"""Measured numbers with their noise (mmprof/analysis/noise.py; issue 25: `run --baseline` printed dilation 0.46x
+"""Measured numbers with their noise (mmprof/analysis/timeline/noise.py; issue 25: `run --baseline` printed dilation 0.46x
 unflagged, and a decode speed-up of 1.59x in one run was 1.16x in the next with no noise band)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mmprof.analysis.noise import measurement_warnings, speedup_noise, spread
+from mmprof.analysis.timeline.noise import measurement_warnings, speedup_noise, spread
 
 
 def _run(prefill_all, decode_all, dil_decode=1.5, batch_tok=(100.0, 10.0)):

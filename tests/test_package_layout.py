@@ -47,7 +47,7 @@ def _clashes(mods: list[str]) -> list[str]:
 def test_module_names_unique():
     """A module name is used once, except for one command's stack, which shares the command's name across the
     layers: `cli/X.py` (the command: options -> one library call), `render/text/X.py` (its renderer) and its
-    library, at most one module per top-level package (e.g. analysis/report.py; capture/workflows/shapes.py with
+    library, at most one module per top-level package (e.g. analysis/views/report.py; capture/workflows/shapes.py with
     runtime/shapes.py, the analytic shapes it shows). A name repeated with no command or renderer of that name,
     or twice in one package, is two things under one name."""
     mods = _modules()
@@ -56,10 +56,10 @@ def test_module_names_unique():
     # the layout before issue 21's renames is refused: two launch.py, two graphs.py (one under the runtime is
     # pending), a library twice in one package
     old = ["analysis/launch.py", "capture/launch.py", "analysis/graphs.py", "importers/graphs.py",
-           "cli/report.py", "render/text/report.py", "analysis/report.py", "analysis/checks/report.py"]
+           "cli/report.py", "render/text/report.py", "analysis/views/report.py", "analysis/checks/report.py"]
     assert _clashes(old) == ["graphs: analysis/graphs.py, importers/graphs.py",
                              "launch: analysis/launch.py, capture/launch.py",
-                             "report: analysis/checks/report.py, analysis/report.py, cli/report.py, "
+                             "report: analysis/checks/report.py, analysis/views/report.py, cli/report.py, "
                              "render/text/report.py"]
 
 

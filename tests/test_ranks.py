@@ -13,9 +13,9 @@ from collections import defaultdict
 import orjson
 import pytest
 
-from mmprof.analysis.collectives import bus_factor
-from mmprof.analysis.flops import op_cost
-from mmprof.analysis.ranks import rank_analysis
+from mmprof.analysis.ranks.collectives import bus_factor
+from mmprof.analysis.attribution.flops import op_cost
+from mmprof.analysis.ranks.imbalance import rank_analysis
 from mmprof.hardware import link_peak
 from mmprof.importers import import_paths
 from mmprof.profiles.io import load_profile

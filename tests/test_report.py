@@ -5,9 +5,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from mmprof.analysis.report import bottleneck_statement, build_report
-from mmprof.analysis.roofline import BoundSummary
-from mmprof.analysis.timeline import CATEGORIES, Breakdown
+from mmprof.analysis.views.report import bottleneck_statement, build_report
+from mmprof.analysis.attribution.roofline import BoundSummary
+from mmprof.analysis.timeline.breakdown import CATEGORIES, Breakdown
 from mmprof.importers import import_paths
 from mmprof.profiles import save_profile
 from tests.conftest import data_file

@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from mmprof.analysis.flops import (
+from mmprof.analysis.attribution.flops import (
     attention_cost,
     cost_from_text,
     op_cost,
     op_family,
     sparse_attention_cost,
 )
-from mmprof.analysis.roofline import (
+from mmprof.analysis.attribution.roofline import (
     BOUND_COMPUTE,
     BOUND_MEMORY,
     BOUND_UNKNOWN,
@@ -151,7 +151,7 @@ def test_events_above_the_peak_are_flagged_not_hidden():
     """A measured peak that is too low (a busy CPU) gives >100% efficiency: say so in the warnings."""
     import numpy as np
 
-    from mmprof.analysis.roofline import event_roofline
+    from mmprof.analysis.attribution.roofline import event_roofline
     from mmprof.profiles.profile import ProfileBuilder
 
     b = ProfileBuilder({"ranks": [{"rank": 0, "devices": [{"index": -1, "name": "cpu", "vendor": "cpu",
@@ -196,7 +196,7 @@ def test_cpu_peaks_per_cache_level_bound_each_working_set():
     assert roof.tolist() == pytest.approx([0.2e12, 0.2e12, 0.2e12, 0.15e12, 0.02e12, 0.02e12])
     prof = _cpu_profile([{"fp32_tflops": 0.2, "hbm_tbs": 0.02, "alone": True, "mem_levels": levels}],
                         [BIG_MM, SMALL_ADD, HUGE_ADD])
-    from mmprof.analysis.events import events_of
+    from mmprof.analysis.timeline.events import events_of
 
     ev = events_of(prof)
     eff = dict(zip((n for n, _, _ in (BIG_MM, SMALL_ADD, HUGE_ADD)), ev.roof.efficiency))
@@ -210,7 +210,7 @@ def test_cpu_peaks_per_cache_level_bound_each_working_set():
 def test_legacy_cpu_peaks_keep_bounds_but_drop_unsupported_efficiencies():
     """Profiles measured before per-level, one-rank-at-a-time peaks (the committed examples/cpu-tp): bounds stay,
     efficiencies the figures cannot support go, and a note says why."""
-    from mmprof.analysis.events import events_of
+    from mmprof.analysis.timeline.events import events_of
 
     legacy = {"fp32_tflops": 0.05, "hbm_tbs": 0.04}
     one = events_of(_cpu_profile([legacy], [BIG_MM, SMALL_ADD, HUGE_ADD]))
@@ -229,7 +229,7 @@ def test_legacy_cpu_peaks_keep_bounds_but_drop_unsupported_efficiencies():
 def test_committed_examples_have_no_efficiency_over_150_percent():
     import numpy as np
 
-    from mmprof.analysis.events import events_of
+    from mmprof.analysis.timeline.events import events_of
     from mmprof.importers import import_paths
     from tests.conftest import ROOT
 

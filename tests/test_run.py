@@ -61,7 +61,7 @@ def test_cpu_peaks_measured_per_level_and_efficiencies_believable(baseline_full)
     then lands far above them."""
     import numpy as np
 
-    from mmprof.analysis.events import events_of
+    from mmprof.analysis.timeline.events import events_of
 
     pk = baseline_full.device_info(0)["peaks"]
     assert pk["alone"] is True and pk["threads"] >= 1 and pk["fp32_tflops"] > 0

@@ -16,8 +16,8 @@ import numpy as np
 import orjson
 import pytest
 
-from mmprof.analysis.events import events_of
-from mmprof.analysis.timeline import timeline
+from mmprof.analysis.timeline.events import events_of
+from mmprof.analysis.timeline.breakdown import timeline
 from mmprof.cli import main
 from mmprof.importers import import_paths
 from tests.conftest import open_data, data_file

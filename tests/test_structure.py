@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from mmprof.analysis.checks.verify import verify
-from mmprof.analysis.events import events_of
-from mmprof.analysis.problems import rank_problems
-from mmprof.analysis.shape_match import match_profile
+from mmprof.analysis.timeline.events import events_of
+from mmprof.analysis.shapes.problems import rank_problems
+from mmprof.analysis.shapes.shape_match import match_profile
 from mmprof.cli import main
 from mmprof.importers import import_paths
 from mmprof.modelspec import ModelSpec
@@ -163,7 +163,7 @@ def test_unexplained_gemms_with_the_wrong_config():
 
 @pytest.mark.parametrize("tp, ep", [(1, 1), (2, 1), (4, 1), (8, 1), (8, 8)])
 def test_problem_table_equals_the_runtimes_meta_build(tp, ep):
-    """The shape arithmetic of analysis/problems.py against the reference runtime's own sharding on the meta
+    """The shape arithmetic of analysis/shapes/problems.py against the reference runtime's own sharding on the meta
     device, for the real M3 config: every GEMM (N, K, groups) the runtime builds is in the table for its role."""
     from mmprof.runtime import analytic, get_preset, to_spec
 

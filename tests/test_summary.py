@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mmprof.analysis.summary import summarize
+from mmprof.analysis.views.summary import summarize
 from mmprof.errors import BadInput
 from mmprof.importers import kineto
 from tests.conftest import open_data, data_file

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mmprof.analysis.timeline import CATEGORIES, timeline
+from mmprof.analysis.timeline.breakdown import CATEGORIES, timeline
 from mmprof.errors import NoEvidence
 from mmprof.importers import import_paths
 from mmprof.profiles.profile import ProfileBuilder

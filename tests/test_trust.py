@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from mmprof.analysis.diff import diff_profiles
+from mmprof.analysis.compare.diff import diff_profiles
 from mmprof.cli import main
 from mmprof.errors import BadInput, SchemaError, UnsupportedFormat
 from mmprof.fileio import atomic_write, read_bytes, track_inputs

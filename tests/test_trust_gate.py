@@ -8,7 +8,7 @@ import pytest
 from mmprof.analysis.checks.selectors import compile_bounded, valid_names, validate_spec
 from mmprof.analysis.checks.spec import load_spec, parse_spec
 from mmprof.analysis.checks.verify import verify
-from mmprof.analysis.classify import load_rules
+from mmprof.analysis.attribution.classify import load_rules
 from mmprof.cli import main
 from mmprof.errors import BadInput
 from mmprof.profiles.io import save_profile

@@ -123,7 +123,7 @@ def test_real_names_classify_from_their_first_1024_characters():
     """The reason CLASSIFY_MAX_CHARS (2048) may cut: every name of the labelled corpus (tests/data/kernel_corpus,
     names from real traces and wheels, up to 8.6K characters) gets the same rule from its first 1,024 characters
     (and the first 1,024 of its function name) as from the whole name."""
-    from mmprof.analysis.classify import default_rules
+    from mmprof.analysis.attribution.classify import default_rules
     from mmprof.names import function_name
 
     rules = default_rules().rules
@@ -140,7 +140,7 @@ def test_real_names_classify_from_their_first_1024_characters():
 def test_rules_never_search_more_than_the_cap(monkeypatch):
     """A 1 MiB name that repeats a rule's prefix (`vllm::`, each occurrence a match start scanning to the end: the
     quadratic case) reaches every rule's regex cut to CLASSIFY_MAX_CHARS, and still classifies by its start."""
-    from mmprof.analysis import classify as cl
+    from mmprof.analysis.attribution import classify as cl
 
     seen: list[int] = []
 

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmprof.analysis.events import _column_codes, events_of, group_codes
-from mmprof.analysis.ranks import _first_rows, _group_cummax, _phase_factorize, _phases, _run_sums, _sorted_pairs
-from mmprof.analysis.timeline import (NO_PHASE, _phase_codes, _sorted_codes, _time_order, event_phases, phase_labels,
+from mmprof.analysis.timeline.events import _column_codes, events_of, group_codes
+from mmprof.analysis.ranks.imbalance import _first_rows, _group_cummax, _phase_factorize, _phases, _run_sums, _sorted_pairs
+from mmprof.analysis.timeline.breakdown import (NO_PHASE, _phase_codes, _sorted_codes, _time_order, event_phases, phase_labels,
                                       phase_mask)
 from tests.profile_builder import SKINNY, Synth
 
@@ -107,7 +107,7 @@ def test_phase_labels_and_codes_from_ids_equal_the_per_event_labels(phases, coll
 def test_diff_turns_huge_pages_off_only_while_it_runs():
     """`diff_profiles` asks numpy not to madvise huge pages for its short-lived arrays (a kernel hint, no result
     changes) and restores the caller's setting afterwards, also when it raises."""
-    from mmprof.analysis.diff import _SET_HUGEPAGE, _short_lived_arrays
+    from mmprof.analysis.compare.diff import _SET_HUGEPAGE, _short_lived_arrays
 
     if _SET_HUGEPAGE is None:
         pytest.skip("this numpy has no madvise switch: the diff leaves the setting alone")  # numpy < 1.20 only

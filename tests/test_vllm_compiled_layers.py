@@ -6,7 +6,7 @@ Truth (vLLM 0.26, vllm/model_executor/models/qwen2_moe.py): every `Qwen2MoeDecod
 (`vllm::unified_kv_cache_update`, then `vllm::unified_attention_with_output`) and then its `Qwen2MoeSparseMoeBlock`
 (`vllm::moe_forward_shared`: the routed experts as Triton `fused_moe_kernel`, the shared expert `Qwen2MoeMLP` as
 its own GEMMs), in layer order, once per forward. So within one engine step the k-th attention op opens layer k
-(mmprof.analysis.structure.StructureIndex.order_layer), and the seed checks can be judged per layer: routed
+(mmprof.analysis.attribution.structure.StructureIndex.order_layer), and the seed checks can be judged per layer: routed
 experts grouped (FP003 pass), no expert loop (FP004 pass), shared expert separate (FP001 fail)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import json
 import numpy as np
 
 from mmprof.analysis.checks.verify import verify
-from mmprof.analysis.events import events_of
+from mmprof.analysis.timeline.events import events_of
 from mmprof.importers import import_paths
 from tests.conftest import open_data, data_file
 
@@ -65,7 +65,7 @@ def test_no_clock_when_layers_call_different_attention_ops():
     order rule must refuse such a step (M3's layers come from its module events instead)."""
     from collections import Counter
 
-    from mmprof.analysis.structure import StructureIndex, _order_layers
+    from mmprof.analysis.attribution.structure import StructureIndex, _order_layers
     from mmprof.labels import roles
     p = import_paths([data_file("samples", "vllm", "m3_graphs_b8.pt.trace.json.xz")])
     ops = p.tables["ops"]
@@ -141,7 +141,7 @@ def test_seed_checks_on_m3_graphs_batch_1():
     st, code = _statuses(p)
     assert st["FP001"] == {"fail"} and st["FP002"] == {"fail"} and st["FP003"] == {"pass"}
     assert "fail" not in st["FP004"] and code == 1
-    from mmprof.analysis.engine_steps import engine_steps
+    from mmprof.analysis.timeline.engine_steps import engine_steps
     es = engine_steps(p)
     assert len(es) == len(raw) == 3 and raw.count("execute_context_0(0)_generation_1(1)") == 2
     assert es["phase"].tolist() == ["prefill", "decode", "decode"] and set(es["gen_reqs"][es["phase"] == "decode"]) == {1}

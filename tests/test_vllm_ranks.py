@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 
-from mmprof.analysis.engine_steps import engine_steps
+from mmprof.analysis.timeline.engine_steps import engine_steps
 from mmprof.importers import import_paths
 from tests.conftest import open_data, data_file
 

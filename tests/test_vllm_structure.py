@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from mmprof.analysis.checks.verify import verify
-from mmprof.analysis.events import events_of
+from mmprof.analysis.timeline.events import events_of
 from mmprof.cli import main
 from mmprof.importers import import_paths
 
@@ -363,7 +363,7 @@ def test_real_qwen2_moe_eager_trace():
     every MoE layer -> FP001 FAIL; fused_moe_kernel -> grouped PASS, no loop PASS. With shapes alone (--model) the
     unified_attention ops anchor the layers: every forward splits into the config's 4 layers and every GEMM,
     the shared_expert_gate's N=1 included, matches a per-rank weight shape."""
-    from mmprof.analysis.shape_match import match_profile
+    from mmprof.analysis.shapes.shape_match import match_profile
     from mmprof.modelspec import ModelSpec
 
     p = import_paths([data_file("vllm_own", "qwen2moe_eager_b8_first3.pt.trace.json.xz")])

@@ -51,7 +51,7 @@ def sync() -> None:
 
 
 def roofline_check() -> dict:
-    from mmprof.analysis.report import build_report
+    from mmprof.analysis.views.report import build_report
     from mmprof.importers import import_paths
 
     dev = DEV
@@ -105,8 +105,8 @@ def main() -> int:
     roof = roofline_check()
     (OUT / "roofline.json").write_text(json.dumps(roof, indent=1))
     before, after, timings = runtime_pair()
-    from mmprof.analysis.diff import diff_profiles
-    from mmprof.analysis.report import build_report
+    from mmprof.analysis.compare.diff import diff_profiles
+    from mmprof.analysis.views.report import build_report
     from mmprof.importers import import_paths
     from mmprof.render.html import diff_html
     from mmprof.render.markdown import diff_markdown

@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from mmprof.analysis.checks.verify import verify  # noqa: E402
-from mmprof.analysis.classify import load_rules  # noqa: E402
-from mmprof.analysis.coverage import coverage  # noqa: E402
-from mmprof.analysis.events import events_of  # noqa: E402
+from mmprof.analysis.attribution.classify import load_rules  # noqa: E402
+from mmprof.analysis.views.coverage import coverage  # noqa: E402
+from mmprof.analysis.timeline.events import events_of  # noqa: E402
 from mmprof.importers import import_paths  # noqa: E402
 from mmprof.profiles.profile import ProfileBuilder, merge_profiles  # noqa: E402
 from mmprof.runtime.config import get_preset  # noqa: E402

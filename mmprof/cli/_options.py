@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from mmprof.analysis.shape_match import match_profile
+from mmprof.analysis.shapes.shape_match import match_profile
 from mmprof.capture.workflows.run_options import PRESET_NAMES, RunOptions
 from mmprof.errors import BadInput
 from mmprof.modelspec import ModelSpec

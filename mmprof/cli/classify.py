@@ -9,9 +9,9 @@ from __future__ import annotations
 import click
 
 from mmprof.analysis.checks.registry import load_info
-from mmprof.analysis.classify import load_rules
-from mmprof.analysis.coverage import coverage
-from mmprof.analysis.events import events_of
+from mmprof.analysis.attribution.classify import load_rules
+from mmprof.analysis.views.coverage import coverage
+from mmprof.analysis.timeline.events import events_of
 from mmprof.cli._common import console, echo_json, json_option, load_any
 from mmprof.errors import BadInput, NoEvidence
 from mmprof.names import display_name

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from mmprof.analysis.diff import diff_profiles
+from mmprof.analysis.compare.diff import diff_profiles
 from mmprof.cli._common import console, echo_json, json_option, load_any, write_text
 from mmprof.cli._options import model_options, shape_regions
 from mmprof.render.html import diff_html

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from mmprof.analysis.ranks import THRESHOLD, rank_analysis
+from mmprof.analysis.ranks.imbalance import THRESHOLD, rank_analysis
 from mmprof.cli._common import console, echo_json, json_option, load_any
 from mmprof.cli._options import model_options, shape_regions
 from mmprof.render.text.ranks import STEP_ROWS, render_ranks

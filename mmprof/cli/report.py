@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from mmprof.analysis.by_shape import by_shape
-from mmprof.analysis.report import build_report
+from mmprof.analysis.views.by_shape import by_shape
+from mmprof.analysis.views.report import build_report
 from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, load_any, write_text
 from mmprof.cli._options import model_options, shape_regions
 from mmprof.cli._provenance import apply_provenance, provenance_option, read_provenance

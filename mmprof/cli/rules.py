@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from mmprof.analysis.checks.registry import load_info
-from mmprof.analysis.classify import default_rules
+from mmprof.analysis.attribution.classify import default_rules
 from mmprof.cli._common import console, echo_json, json_option
 from mmprof.errors import BadInput
 from mmprof.render.markdown import checks_markdown

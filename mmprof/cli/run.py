@@ -6,7 +6,7 @@ import os
 
 import click
 
-from mmprof.analysis.runinfo import RunSummary
+from mmprof.analysis.timeline.runinfo import RunSummary
 from mmprof.capture.workflows.run_options import validate
 from mmprof.cli._common import console, echo_json, json_option
 from mmprof.cli._options import run_options, workload_options

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from mmprof.analysis.summary import summarize
+from mmprof.analysis.views.summary import summarize
 from mmprof.cli._common import console, echo_json, json_option, load_any
 from mmprof.errors import NoEvidence
 from mmprof.profiles.schema import TABLES

@@ -10,13 +10,13 @@ from __future__ import annotations
 import click
 
 from mmprof.analysis.checks.spec import load_spec
-from mmprof.analysis.engine_steps import describe, engine_steps
+from mmprof.analysis.timeline.engine_steps import describe, engine_steps
 from mmprof.analysis.checks.verify import verify
-from mmprof.analysis.classify import load_rules
+from mmprof.analysis.attribution.classify import load_rules
 from mmprof.capture.workflows.run_options import validate
 from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, junit_on_error, load_any
 from mmprof.cli._options import model_options, run_options, shape_regions, workload_options
-from mmprof.analysis.shape_match import match_profile
+from mmprof.analysis.shapes.shape_match import match_profile
 from mmprof.errors import BadInput
 from mmprof.modelspec import ModelSpec
 from mmprof.render.junit import write_junit

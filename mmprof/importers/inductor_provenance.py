@@ -13,7 +13,7 @@ What torch writes (read in torch 2.13's source, the CPU venv; torch 2.11's outpu
   post-grad node names, no handles.
 
 `load(paths)` accepts any of these files, a debug dir holding them, or a TORCH_TRACE log, and returns the data
-the analysis uses (analysis/inductor.py): per kernel name, per handle, the fused op names (post-grad node names
+the analysis uses (analysis/attribution/inductor.py): per kernel name, per handle, the fused op names (post-grad node names
 without their `_N` suffix) and per stack trace the calls it made, outermost first (`layer`, `self.self_attn`,
 `self.qkv_proj`). `attach(profile, data)` stores it on the Profile.
 """

@@ -74,7 +74,7 @@ def _no_owner() -> None:
 class DerivedCache:
     """What analyses derive from one Profile, kept on it so that it is built once: `Profile.derived`.
 
-    Its user is `mmprof.analysis.events.events_of` (the event frame, name "event_frame"). An entry is a value
+    Its user is `mmprof.analysis.timeline.events.events_of` (the event frame, name "event_frame"). An entry is a value
     stored under a name with the objects it was built from (`inputs`, e.g. the rules set and the regions: compared
     by identity and held by the entry, so that they stay alive and cannot be confused with later objects) and a
     `stamp` of the profile's contents that the caller computes. `get` returns the value only while the inputs are

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from html import escape as _esc
 
-from mmprof.analysis.timeline import CATEGORIES, LABELS
+from mmprof.analysis.timeline.breakdown import CATEGORIES, LABELS
 from mmprof.render.safe import visible
 from mmprof.units import fmt_ns, fmt_pct
 

@@ -5,20 +5,20 @@ The trace-event format (JSON object form: `{"traceEvents": [...]}`, times in mic
 
 - per rank a process (`pid` = rank + 1, named `rank N (device)`); in it one track per CPU thread and one per GPU
   stream (`tid`s numbered per process: CPU threads first, then streams, each named);
-- device events (kernels and copies, from the event frame `mmprof.analysis.events`) as complete slices (`X`) on
+- device events (kernels and copies, from the event frame `mmprof.analysis.timeline.events`) as complete slices (`X`) on
   their stream, named by their display name (`mmprof.names`), with args: full name, family, variant, library,
   path (fast / fallback / neutral), rule, region, layer, role, label source, bound, efficiency, phase, step,
   graph replay (the graph launch that ran it) and op source, and the collective with its bytes for communication kernels;
 - CPU ops, launch calls and scopes (annotations, nn.Module frames) as slices on their CPU thread (GPU-side ranges
   on their stream; zero-length marks as instants); on a CPU run the outermost compute ops carry the same args as
   kernels;
-- the timeline categories (`mmprof.analysis.timeline.category_segments`: compute-bound, memory-bound,
+- the timeline categories (`mmprof.analysis.timeline.breakdown.category_segments`: compute-bound, memory-bound,
   unattributed, communication, memcpy, idle host-bound, idle other; on a serving engine's trace also idle between
   the engine steps and host work inside them) as counter tracks per rank, 1 while the
   category holds the rank, 0 otherwise;
 - flow arrows (`s` / `f` with `bp: "e"`) from each launch call to the kernel or copy it launched;
 - on a serving engine's trace, an "engine steps" track per rank: one slice per engine step (its share of the
-  timeline from `mmprof.analysis.timeline`) with the engine's request and token counts, GPU busy time, launch /
+  timeline from `mmprof.analysis.timeline.breakdown`) with the engine's request and token counts, GPU busy time, launch /
   queue and host time as args.
 
 The document is written in pieces (never held whole in memory) to a temporary file, gzip-compressed when the name
@@ -40,8 +40,8 @@ import numpy as np
 import orjson
 
 from mmprof._version import __version__
-from mmprof.analysis.events import TABLE_KERNELS, TABLE_MEMCPY, EventFrame, events_of
-from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY
+from mmprof.analysis.timeline.events import TABLE_KERNELS, TABLE_MEMCPY, EventFrame, events_of
+from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY
 from mmprof.errors import BadInput, NoEvidence
 from mmprof.fileio import atomic_output
 from mmprof.names import display_name
@@ -249,7 +249,7 @@ def trace_chunks(profile, full_names: str = "auto", progress: Progress | None = 
     meta = {"mmprof": {"version": __version__, "source": profile.meta.get("source", {}).get("format"),
                        "device_events": ev.source, "t0_ns": d.t0, "full_names": policy, "cpu_tracks": cpu,
                        "counters": f"'{COUNTER} <category>' is 1 while the category holds the rank "
-                                   "(mmprof.analysis.timeline)"}}
+                                   "(mmprof.analysis.timeline.breakdown)"}}
     yield (b'{"displayTimeUnit":"ns","metadata":' + orjson.dumps(meta) + b',"traceEvents":[\n')
     yield d.piece(d.tracks.meta)
     frame_args: dict[int, dict] = {}

@@ -1,5 +1,5 @@
 """The timeline tracks of the Perfetto export (mmprof.render.perfetto): the time categories as counter tracks and,
-on a serving engine's trace, the "engine steps" track; both from `mmprof.analysis.timeline`, whose engine-step
+on a serving engine's trace, the "engine steps" track; both from `mmprof.analysis.timeline.breakdown`, whose engine-step
 pieces give each step its share of the timeline."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Iterator
 
 import numpy as np
 
-from mmprof.analysis.engine_steps import engine_steps
-from mmprof.analysis.events import EventFrame
-from mmprof.analysis.timeline import CATEGORIES, LABELS, category_segments, timeline
+from mmprof.analysis.timeline.engine_steps import engine_steps
+from mmprof.analysis.timeline.events import EventFrame
+from mmprof.analysis.timeline.breakdown import CATEGORIES, LABELS, category_segments, timeline
 
 COUNTER = "timeline"          # counter tracks are named "timeline <category label>"
 STREAM_TID0 = 10_000          # stream tracks after CPU threads within a process
@@ -62,7 +62,7 @@ ENGINE_TID = STREAM_TID0 - 1  # the "engine steps" track of a rank, between its 
 
 def engine_slices(p, ev: EventFrame, t0: int) -> list[dict]:
     """One slice per engine step (vLLM / SGLang / TensorRT-LLM step annotations) on an "engine steps" track per
-    rank, spanning the step's share of the timeline (`mmprof.analysis.timeline`: its preparation, its GPU work and
+    rank, spanning the step's share of the timeline (`mmprof.analysis.timeline.breakdown`: its preparation, its GPU work and
     the time up to the next step), with the engine's request / token counts and the split of that time as args."""
     if not len(ev) or ev.source != "kernels":
         return []

@@ -37,7 +37,7 @@ MAX_EVIDENCE = 12
 
 @dataclass
 class Context:
-    events: Any  # DataFrame: mmprof.analysis.events.EventFrame.frame() without memcpy rows
+    events: Any  # DataFrame: mmprof.analysis.timeline.events.EventFrame.frame() without memcpy rows
     dispatch: Any  # DataFrame of the dispatch table, strings decoded
     source: str
     meta: dict[str, Any]

@@ -147,7 +147,7 @@ def _adjacent_pairs(computed: set[int], sparse: list[int] | None) -> list[tuple[
     return pairs
 
 
-# where an event's region label came from (mmprof.analysis.structure), for messages
+# where an event's region label came from (mmprof.analysis.attribution.structure), for messages
 _LABEL_SOURCE = {"annotation": "scope labels", "module": "module events", "op": "engine custom ops",
                  "shape": "op shapes (--model)", "family": "kernel families",
                  "replay-name": "graph replays aligned with eager kernels",

@@ -14,7 +14,7 @@ import fnmatch
 import re
 from typing import Any, Iterable
 
-from mmprof.analysis.classify import FAMILIES, PATHS, _sre_p, default_rules, has_nested_repeat
+from mmprof.analysis.attribution.classify import FAMILIES, PATHS, _sre_p, default_rules, has_nested_repeat
 from mmprof.errors import BadInput
 from mmprof.labels import roles
 

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from mmprof.analysis.checks.registry import check
-from mmprof.analysis.gemm_calls import ATTN_OPS, GEMM_OPS, canonical  # noqa: F401 (re-exported)
-from mmprof.analysis.structure import regions
+from mmprof.analysis.shapes.gemm_calls import ATTN_OPS, GEMM_OPS, canonical  # noqa: F401 (re-exported)
+from mmprof.analysis.attribution.structure import regions
 from mmprof.labels import parse_path
 from mmprof.shapes_model import Call, Comparison, Finding
 

@@ -1,4 +1,4 @@
-"""Findings from a trace's shapes matched against a model config (`mmprof.analysis.shape_match`): attention and
+"""Findings from a trace's shapes matched against a model config (`mmprof.analysis.shapes.shape_match`): attention and
 GEMMs replicated across tensor-parallel ranks (SH008), GEMMs no part of the config explains (SH009)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from mmprof.analysis.checks.registry import check
-from mmprof.analysis.problems import rank_problems
-from mmprof.analysis.shape_match import MatchReport
+from mmprof.analysis.shapes.problems import rank_problems
+from mmprof.analysis.shapes.shape_match import MatchReport
 from mmprof.shapes_model import Finding
 from mmprof.units import fmt_ranges
 

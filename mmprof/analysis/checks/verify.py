@@ -16,7 +16,7 @@ from mmprof.analysis.checks.context import MAX_EVIDENCE, CheckResult, Context, d
 from mmprof.analysis.checks.registry import implementation, info
 from mmprof.analysis.checks.selectors import validate_spec
 from mmprof.analysis.checks.spec import Spec, default_spec
-from mmprof.analysis.events import events_of
+from mmprof.analysis.timeline.events import events_of
 from mmprof.labels import region_pattern
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mmprof.analysis.checks.verify import verify
-from mmprof.analysis.diff import diff_profiles
-from mmprof.analysis.noise import measurement_warnings, speedup_noise
-from mmprof.analysis.summary import summarize
+from mmprof.analysis.compare.diff import diff_profiles
+from mmprof.analysis.timeline.noise import measurement_warnings, speedup_noise
+from mmprof.analysis.views.summary import summarize
 from mmprof.capture.workflows.run_options import Progress, RunOptions
 from mmprof.capture.workflows.run import run_workload
 from mmprof.capture.workflows.shapes import analytic_shapes

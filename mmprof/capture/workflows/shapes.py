@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from mmprof.analysis.checks.shapes_analytic import analytic_findings
 from mmprof.analysis.checks.shapes_observed import calls_from_profile, compare_calls, cross_rank, role_of
 from mmprof.analysis.checks.shapes_traced import traced_findings
-from mmprof.analysis.shape_match import match_profile, profile_tp
+from mmprof.analysis.shapes.shape_match import match_profile, profile_tp
 from mmprof.capture.workflows.shapes_live import capture_live
 from mmprof.errors import BadInput, NoEvidence
 from mmprof.importers import import_paths

@@ -51,7 +51,7 @@ def render_by_shape(result, console, rows: int = SHAPE_ROWS) -> None:
         o.add_row(escape(op.op), escape(op.family), str(op.calls), f"{op.time_ns / 1e6:.3f}", fmt_pct(op.share),
                   f"[dim]{escape(kern)}[/dim]")
     console.print(o)
-    console.print("[dim]FLOPs and bytes from each op's input shapes (mmprof.analysis.flops), shared among its kernels "
+    console.print("[dim]FLOPs and bytes from each op's input shapes (mmprof.analysis.attribution.flops), shared among its kernels "
                   "by duration; 'of roof': achieved / the device peak of the bound, time-weighted; --json has every "
                   "row and kernel[/dim]")
     for w in result.warnings:

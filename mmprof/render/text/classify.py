@@ -11,7 +11,7 @@ from mmprof.render.safe import cell, markup
 from mmprof.render.text.layout import Col, fit_table
 
 if TYPE_CHECKING:  # an annotation only: `mmprof rules` renders here without importing pandas
-    from mmprof.analysis.coverage import Coverage
+    from mmprof.analysis.views.coverage import Coverage
 
 
 def render_coverage(cov: Coverage, con, top: int = 25, show_unclassified: bool = False) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from rich.padding import Padding
 from rich.text import Text
 
-from mmprof.analysis.timeline import CATEGORIES, ENGINE_CATEGORIES, LABELS
+from mmprof.analysis.timeline.breakdown import CATEGORIES, ENGINE_CATEGORIES, LABELS
 from mmprof.render.safe import cell, markup
 from mmprof.render.text.layout import Col, fit_table
 from mmprof.render.text.ranks import render_verdicts

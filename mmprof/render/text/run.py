@@ -11,7 +11,7 @@ def _f(v, fmt: str = "{:,.1f}") -> str:
 
 
 def render_run(s, con) -> None:
-    """Print a RunSummary (mmprof.analysis.runinfo)."""
+    """Print a RunSummary (mmprof.analysis.timeline.runinfo)."""
     r = s.run
     sw = r["switches"]
     wl = r["workload"]

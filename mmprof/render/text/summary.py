@@ -8,7 +8,7 @@ from mmprof.units import fmt_ms
 
 
 def render_summary(result, con) -> None:
-    """Print a Summary (mmprof.analysis.summary)."""
+    """Print a Summary (mmprof.analysis.views.summary)."""
     for w in result.warnings:
         con.print(f"[yellow]warning:[/] {markup(w)}")
     if not result.ranks:

@@ -1,9 +1,9 @@
 """`mmprof report --by-shape`: a roofline row for every (region, op, input shapes, dtype), and GPU time per op.
 
 A device event's op is the CPU op that launched it (`kernels.op`, the innermost op carrying shapes; on a CPU run
-the outermost compute op itself). Its work is `mmprof.analysis.flops` (GEMMs, grouped GEMMs `aten::_grouped_mm`
+the outermost compute op itself). Its work is `mmprof.analysis.attribution.flops` (GEMMs, grouped GEMMs `aten::_grouped_mm`
 and fused-MoE expert ops, attention: SDPA, flash, cuDNN, and elementwise / norm / reduction / copy ops), shared
-among the op's kernels by duration (`mmprof.analysis.roofline`). Rows group the events of one op with the same
+among the op's kernels by duration (`mmprof.analysis.attribution.roofline`). Rows group the events of one op with the same
 input shapes and dtypes in the same part of the model: the region's role (`attn.qkv`, `moe.routed`, `lm_head`;
 the layers it ran in are listed), from annotations, nn.Module events or `--model` shape matching.
 
@@ -22,9 +22,9 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from mmprof.analysis.events import CAT_COMM, CAT_MEMCPY, call_ids, events_of
-from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY
-from mmprof.analysis.timeline import phase_labels
+from mmprof.analysis.timeline.events import CAT_COMM, CAT_MEMCPY, call_ids, events_of
+from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY
+from mmprof.analysis.timeline.breakdown import phase_labels
 from mmprof.errors import NoEvidence
 from mmprof.units import fmt_ranges
 

@@ -1,7 +1,7 @@
 """GEMM-like and attention calls by op name, and (M, N, K, groups) from a call's input shapes.
 
 Shared by the shape checks (`mmprof.analysis.checks.shapes_observed`) and shape matching
-(`mmprof.analysis.shape_match`); it imports neither.
+(`mmprof.analysis.shapes.shape_match`); it imports neither.
 """
 
 from __future__ import annotations

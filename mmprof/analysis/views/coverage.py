@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from mmprof.analysis.events import EventFrame
+from mmprof.analysis.timeline.events import EventFrame
 from mmprof.names import display_name
 
 

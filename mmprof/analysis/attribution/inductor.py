@@ -29,7 +29,7 @@ gather Inductor recomputes inside the first norm), `layers.3.attn.norm_rope+attn
 (no op token with a role, a role the order does not fix, an activation in a MoE layer by name alone) stays
 unattributed and is counted in the stats with the reason (never guessed); so is a kernel launched outside
 every `## Call CompiledFxGraph` range where the trace has them (Inductor's compile-time benchmarking runs). Graph-replayed kernels are not placed
-here: analysis/graph_align.py gives them their eager twin's region afterwards.
+here: analysis/attribution/graph_align.py gives them their eager twin's region afterwards.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
 from mmprof.labels import region_name, roles
 
-RULES_FILE = Path(__file__).resolve().parent.parent / "rules" / "inductor.toml"
+RULES_FILE = Path(__file__).resolve().parents[2] / "rules" / "inductor.toml"
 SOURCES = ("inductor-provenance", "inductor-name")
 _NAME = re.compile(r"^(?:graph_\d+_)?(?:triton_(?:poi|red|per|tem)|cpp)_fused(?:_(.*?))?_(\d+)$")
 _MODEL = ("embed", "final_norm", "lm_head", "sampler", "rope")

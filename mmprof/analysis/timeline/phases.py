@@ -1,5 +1,5 @@
 """Phase labels and the per-frame codes the timeline, ranks and diff share (`EventFrame.memo`), and the time order
-of interval-sweep points. Split from `mmprof.analysis.timeline` (which re-exports `phase_labels` and `NO_PHASE`):
+of interval-sweep points. Split from `mmprof.analysis.timeline.breakdown` (which re-exports `phase_labels` and `NO_PHASE`):
 every helper here gives exactly what its per-event formulation gave (tests/test_vectorised_equivalence.py).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.events import EventFrame, codes
+from mmprof.analysis.timeline.events import EventFrame, codes
 
 NO_PHASE = "all"
 

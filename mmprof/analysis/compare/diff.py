@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.diff_setup import _setup, plain_timing_change, setup_mismatch  # noqa: F401 (re-exported)
-from mmprof.analysis.diff_verdict import NOUNS, StepMove, _moves, _verdict  # noqa: F401 (NOUNS: re-exported)
-from mmprof.analysis.engine_steps import describe, engine_steps
-from mmprof.analysis.events import EventFrame, events_of, group_codes
-from mmprof.analysis.ranks import rank_analysis
-from mmprof.analysis.timeline import (CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, event_phases, phase_mask,
+from mmprof.analysis.compare.comparability import _setup, plain_timing_change, setup_mismatch  # noqa: F401 (re-exported)
+from mmprof.analysis.compare.verdict import NOUNS, StepMove, _moves, _verdict  # noqa: F401 (NOUNS: re-exported)
+from mmprof.analysis.timeline.engine_steps import describe, engine_steps
+from mmprof.analysis.timeline.events import EventFrame, events_of, group_codes
+from mmprof.analysis.ranks.imbalance import rank_analysis
+from mmprof.analysis.timeline.breakdown import (CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, event_phases, phase_mask,
                                       timeline)
 from mmprof.errors import NoEvidence
 from mmprof.labels import is_marker, module_event
@@ -41,7 +41,7 @@ MINOR_SHARE = 0.001  # variants below this share of a side's event time and coun
 
 
 def event_roles(profile, ev: EventFrame) -> tuple[np.ndarray, pd.Categorical]:
-    """(layer, role) per event: the region from `mmprof.analysis.structure` where a source names one, else the
+    """(layer, role) per event: the region from `mmprof.analysis.attribution.structure` where a source names one, else the
     event's innermost scope label (a range no rule knows), else `(unscoped)`. Built on integer codes: the role
     strings are looked at once per distinct (role, scope), never per event."""
     n = len(ev)

@@ -1,7 +1,7 @@
 """The one event frame of a profile: its device events, classified once, with region, category and roofline.
 
 Every analysis that looks at "what ran" (timeline, launch, report, verify-fastpath, diff, classify) reads this
-frame; nothing classifies twice, and there is one vocabulary (the TOML rules of `mmprof.analysis.classify`).
+frame; nothing classifies twice, and there is one vocabulary (the TOML rules of `mmprof.analysis.attribution.classify`).
 
 Device events are
 - on a GPU profile: every kernel and every memcpy/memset row;
@@ -14,7 +14,7 @@ Device events are
 
 Per event: rank, stream (thread for CPU ops), start/end/dur (ns), name/scope/phase (string ids), step, the
 launch call's start/end (-1 unknown), the CPU op carrying its shapes (`op`), family/variant/library/path/rule,
-the timeline category (`cat`), layer/role/region/label source (`mmprof.analysis.structure`) and the roofline.
+the timeline category (`cat`), layer/role/region/label source (`mmprof.analysis.attribution.structure`) and the roofline.
 `events_of(profile)` builds it once per profile, rules set and regions, and keeps it in the profile's explicit
 cache (`Profile.derived`, a `mmprof.profiles.profile.DerivedCache`); the entry holds a stamp of the profile's
 contents, so a mutated profile (or a copy) never gets a stale frame.
@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis import inductor
-from mmprof.analysis.classify import COMM_FAMILIES, DATA_MOVEMENT_FAMILIES, RuleSet, classify_names, default_rules
-from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
-from mmprof.analysis.graph_align import align_replays
-from mmprof.analysis.structure import Regions, StructureIndex, regions
+from mmprof.analysis.attribution import inductor
+from mmprof.analysis.attribution.classify import COMM_FAMILIES, DATA_MOVEMENT_FAMILIES, RuleSet, classify_names, default_rules
+from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
+from mmprof.analysis.attribution.graph_align import align_replays
+from mmprof.analysis.attribution.structure import Regions, StructureIndex, regions
 from mmprof.labels import is_marker, parse_label
 
 CAT_COMPUTE, CAT_MEMORY, CAT_UNATTR, CAT_COMM, CAT_MEMCPY = range(5)
@@ -137,8 +137,8 @@ class EventFrame:
     profile: Any = field(repr=False, default=None)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    graph_align: Any = None   # mmprof.analysis.graph_align.AlignStats of the replays aligned with eager kernels
-    inductor: Any = None      # mmprof.analysis.inductor.InductorStats: the Inductor kernels placed and not
+    graph_align: Any = None   # mmprof.analysis.attribution.graph_align.AlignStats of the replays aligned with eager kernels
+    inductor: Any = None      # mmprof.analysis.attribution.inductor.InductorStats: the Inductor kernels placed and not
     _frame: Any = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # derived per-event arrays the analyses share (`memo`)
 
@@ -374,7 +374,7 @@ def _ancestors_scan(parent: np.ndarray, flag: np.ndarray) -> tuple[np.ndarray, n
 
 
 def _inductor_ops(profile, keep: np.ndarray, reg: Regions) -> "inductor.InductorStats":
-    """Inductor's cpp_fused_* ops of a CPU run placed (mmprof.analysis.inductor), on the kept ops' regions."""
+    """Inductor's cpp_fused_* ops of a CPU run placed (mmprof.analysis.attribution.inductor), on the kept ops' regions."""
     full = Regions.empty(profile.n("ops"))
     cols = ("layer", "role", "region", "source")
     for a in cols:

@@ -15,13 +15,13 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.checks.verify import verify
-from mmprof.analysis.engine_steps import describe, engine_steps
-from mmprof.analysis.events import CAT_COMM, CAT_MEMCPY, EventFrame, events_of
-from mmprof.analysis.graph_summary import GraphSummary, graph_summary
-from mmprof.analysis.launch_queue import LAUNCH_BOUND_SHARE, LaunchStats, launch_analysis
-from mmprof.analysis.ranks import rank_analysis
-from mmprof.analysis.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, summarise_bounds
-from mmprof.analysis.timeline import NO_PHASE, Breakdown, StepStats, phase_labels, timeline
+from mmprof.analysis.timeline.engine_steps import describe, engine_steps
+from mmprof.analysis.timeline.events import CAT_COMM, CAT_MEMCPY, EventFrame, events_of
+from mmprof.analysis.views.graph_summary import GraphSummary, graph_summary
+from mmprof.analysis.timeline.launch_queue import LAUNCH_BOUND_SHARE, LaunchStats, launch_analysis
+from mmprof.analysis.ranks.imbalance import rank_analysis
+from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, summarise_bounds
+from mmprof.analysis.timeline.breakdown import NO_PHASE, Breakdown, StepStats, phase_labels, timeline
 from mmprof.errors import MmprofError, NoEvidence
 from mmprof.names import display_name
 from mmprof.units import fmt_ns

@@ -4,7 +4,7 @@ A kernel's op is `kernels.op` (the innermost CPU op that launched it, carrying i
 several kernels, the op's FLOPs and bytes are shared among them in proportion to duration, so every kernel of the
 op gets the op's arithmetic intensity and the op's achieved rate. The bound compares the intensity with the
 device's ridge point for the op's dtype (bf16/fp16, fp8, fp32). No shapes, an op not covered by
-`mmprof.analysis.flops`, or no device peak: the bound is unknown ("unattributed compute"), never guessed.
+`mmprof.analysis.attribution.flops`, or no device peak: the bound is unknown ("unattributed compute"), never guessed.
 
 Vectorised: FLOPs are computed once per distinct (op name, input_dims, input_types) and broadcast.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.flops import cost_from_text
+from mmprof.analysis.attribution.flops import cost_from_text
 from mmprof.hardware import Peak, profile_peaks
 
 BOUND_COMPUTE, BOUND_MEMORY, BOUND_UNKNOWN = 0, 1, -1

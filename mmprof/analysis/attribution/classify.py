@@ -29,7 +29,7 @@ from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
 from mmprof.names import function_name
 
-RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
 # Priority order of the built-in files: model-specific kernels first, generic keyword rules last.
 # kernels_serving.toml (serving-engine kernels other files would put in a wrong family, fused kernels) comes first;
 # kernels_engines.toml (rules anchored on an engine's or kernel library's namespace or exact kernel names) comes

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.events import TABLE_KERNELS, TABLE_OPS
+from mmprof.analysis.timeline.events import TABLE_KERNELS, TABLE_OPS
 from mmprof.hardware import LinkPeak, profile_links
 from mmprof.units import fmt_ns
 
@@ -63,7 +63,7 @@ class Calls:
     size: np.ndarray          # message size S in bytes (max of in/out), -1 unknown
     dtype: np.ndarray         # object
     group_size: np.ndarray    # -1 unknown
-    phase: np.ndarray         # object: phase labels (`mmprof.analysis.timeline.phase_labels`)
+    phase: np.ndarray         # object: phase labels (`mmprof.analysis.timeline.breakdown.phase_labels`)
     step: np.ndarray
     event: np.ndarray         # the call's row in the event frame (its kernel or CPU op), -1 none
     instance: np.ndarray      # aligned instance id, -1 not aligned

@@ -1,7 +1,7 @@
-"""The verdict of `mmprof diff` (`mmprof.analysis.diff`): one line saying how the step time changed, what moved per
+"""The verdict of `mmprof diff` (`mmprof.analysis.compare.diff`): one line saying how the step time changed, what moved per
 step, and where the bottleneck went, naming every category that moved more than the ones it names.
 
-On two serving engines' traces the compared phase is made of engine steps (`mmprof.analysis.engine_steps`) and
+On two serving engines' traces the compared phase is made of engine steps (`mmprof.analysis.timeline.engine_steps`) and
 `_moves` gives the time per step of every timeline category, before and after (host inside / between the steps
 included), so the verdict says what moved per decode step.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mmprof.analysis.timeline import CATEGORIES, NO_PHASE
+from mmprof.analysis.timeline.breakdown import CATEGORIES, NO_PHASE
 from mmprof.units import fmt_ns
 
 NOUNS = {"compute_bound": "compute", "memory_bound": "memory bandwidth", "unattributed": "unattributed compute",

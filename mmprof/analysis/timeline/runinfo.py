@@ -3,7 +3,7 @@ profiler's dilation, the row counts (a view of the Profile's `run` / `capture` m
 
 from __future__ import annotations
 
-from mmprof.analysis.noise import measurement_warnings
+from mmprof.analysis.timeline.noise import measurement_warnings
 
 
 class RunSummary:

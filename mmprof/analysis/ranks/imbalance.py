@@ -5,12 +5,12 @@ per phase, e.g. "decode: rank 3 is the straggler: +41 ms per step in layers.17 (
 39 ms per step in allreduce".
 
 Every number is measured on each rank's own timeline (rank clocks are not aligned). Collectives are aligned by
-call order and waits come from their durations (`mmprof.analysis.collectives`). A rank's wall time in a window
+call order and waits come from their durations (`mmprof.analysis.ranks.collectives`). A rank's wall time in a window
 (one rank, phase and step) is split by a sweep over its events and collective calls in start order: each item
 gets the time the timeline advances while it runs, and an idle gap goes to the item that ends it (the work that
 was waited for: on a GPU the kernel whose launch came late, on a CPU the op that Python reached late), so the
 region times of a window add up to its wall span minus the time in collectives. The straggler's extra time in a
-region is its time there minus the median of the other ranks'. Regions come from `mmprof.analysis.structure`
+region is its time there minus the median of the other ranks'. Regions come from `mmprof.analysis.attribution.structure`
 (annotations, nn.Module events, `--model` shape matching), so traces of other runtimes work too.
 """
 
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.collectives import CollectiveStat, align_calls, collective_stats
-from mmprof.analysis.engine_steps import describe, engine_steps
-from mmprof.analysis.events import CAT_COMM, events_of, group_codes
-from mmprof.analysis.timeline import event_phases, phase_labels
+from mmprof.analysis.ranks.collectives import CollectiveStat, align_calls, collective_stats
+from mmprof.analysis.timeline.engine_steps import describe, engine_steps
+from mmprof.analysis.timeline.events import CAT_COMM, events_of, group_codes
+from mmprof.analysis.timeline.breakdown import event_phases, phase_labels
 from mmprof.errors import NoEvidence
 from mmprof.units import fmt_ns
 

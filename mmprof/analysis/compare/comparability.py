@@ -1,6 +1,6 @@
 """What `mmprof diff` says about the two sides before comparing them: tokens/s measured without the profiler
 (`mmprof run`'s meta.run) and whether the two ran on the same set-up (vendor, device, tool, model).
-Split from `mmprof.analysis.diff`, which re-exports both functions."""
+Split from `mmprof.analysis.compare.diff`, which re-exports both functions."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from mmprof.analysis.events import TABLE_KERNELS, EventFrame
+from mmprof.analysis.timeline.events import TABLE_KERNELS, EventFrame
 
 SOURCES = ("capture", "eager", "ref")
 

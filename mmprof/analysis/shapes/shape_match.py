@@ -1,5 +1,5 @@
 """Model structure from op shapes alone: label a trace's GEMM-like ops by matching their (N, K, groups) with the
-per-rank GEMM problems of a model config (`mmprof.analysis.problems`), and the layer by the order of the
+per-rank GEMM problems of a model config (`mmprof.analysis.shapes.problems`), and the layer by the order of the
 repeating per-layer pattern.
 
 For traces with shapes (`record_shapes`) but no annotations and no nn.Module events. Per rank and per forward
@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from mmprof.analysis.events import infer_parents
-from mmprof.analysis.gemm_calls import ATTN_OPS, GEMM_OPS, canonical
-from mmprof.analysis.problems import LayerProblems, Problem, head_problems, rank_problems
-from mmprof.analysis.structure import Regions
+from mmprof.analysis.timeline.events import infer_parents
+from mmprof.analysis.shapes.gemm_calls import ATTN_OPS, GEMM_OPS, canonical
+from mmprof.analysis.shapes.problems import LayerProblems, Problem, head_problems, rank_problems
+from mmprof.analysis.attribution.structure import Regions
 from mmprof.labels import region_name
 from mmprof.modelspec import ModelSpec
 

@@ -9,7 +9,7 @@ Sources, best evidence first (each region records its source, see `mmprof.labels
    instances in order of first appearance give the layer index, and the class names (through the kinds and
    contexts of rules/roles.toml) plus the nesting give the role: an MLP inside a MoE block beside routed
    experts is the shared expert; the last linear an attention module calls is its o_proj.
-3. **shape** - op shapes matched against a model config (`mmprof.analysis.shape_match`), passed in by the
+3. **shape** - op shapes matched against a model config (`mmprof.analysis.shapes.shape_match`), passed in by the
    caller as a per-op region table.
 
 `regions(profile, table, rows)` returns arrays aligned with `rows`: layer, role, region, source.

@@ -25,7 +25,7 @@ be any of several identical layers), the kernel stays unattributed and is counte
 fewer than two same-name pairs is not aligned at all. Each replay is aligned alone first (a FULL graph is a
 whole forward); what stays open is aligned again with the other replays and eager kernels inside the same
 outermost annotation of the launching thread (vLLM's `execute_context_*` step range): vLLM's piecewise pieces,
-with the attention run eagerly between them, are told apart by their position in the step. Regions come from `mmprof.analysis.structure` for the eager
+with the attention run eagerly between them, are told apart by their position in the step. Regions come from `mmprof.analysis.attribution.structure` for the eager
 kernels, so a better eager region flows into the replays. Shapes are never copied: the token counts differ.
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from mmprof.analysis.structure import Regions
+from mmprof.analysis.attribution.structure import Regions
 
 SOURCES = ("replay-name", "replay-family", "replay-between")
 _GAP = 2                     # an unpaired replay kernel

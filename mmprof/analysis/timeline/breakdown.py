@@ -22,7 +22,7 @@ event end) falls in exactly one category, so the shares add up to 100% of the wa
                                                attention metadata, Python); the rest of the gap, from the launch
                                                call on, stays idle_host (launch / queue)
 
-Engine steps (`mmprof.analysis.engine_steps`: vLLM's `execute_context_N(T)_generation_M(G)`, SGLang's
+Engine steps (`mmprof.analysis.timeline.engine_steps`: vLLM's `execute_context_N(T)_generation_M(G)`, SGLang's
 `step[...]`, TensorRT-LLM's `_forward_step`) are the steps of a serving engine, and the time between them is
 theirs: an engine step's window runs from its first event's start (after the GPU idle of its own preparation,
 from its CPU range's start: idle_prep) to the next step's, so a rank's engine-step windows tile its timeline from
@@ -38,7 +38,7 @@ that contains it, so the windows of a rank never add up to more than the rank's 
 phase ("other") and events of a phase outside all of its steps are scattered across the run (set-up, sampling
 between steps): their windows count busy time outside the other windows only, no idle.
 
-The events are `mmprof.analysis.events` (kernels and copies; on a CPU run, the outermost compute ops). On a CPU
+The events are `mmprof.analysis.timeline.events` (kernels and copies; on a CPU run, the outermost compute ops). On a CPU
 run every gap between compute ops is host time (Python / framework overhead): idle_host.
 """
 
@@ -51,10 +51,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.engine_steps import engine_steps
-from mmprof.analysis.events import CAT_COMM, EventFrame, codes, events_of
-from mmprof.analysis.phases import NO_PHASE, _sorted_codes, _time_order, event_phase_codes
-from mmprof.analysis.phases import _phase_codes, event_phases, phase_labels, phase_mask  # noqa: F401 (re-exported)
+from mmprof.analysis.timeline.engine_steps import engine_steps
+from mmprof.analysis.timeline.events import CAT_COMM, EventFrame, codes, events_of
+from mmprof.analysis.timeline.phases import NO_PHASE, _sorted_codes, _time_order, event_phase_codes
+from mmprof.analysis.timeline.phases import _phase_codes, event_phases, phase_labels, phase_mask  # noqa: F401 (re-exported)
 from mmprof.errors import NoEvidence
 
 CATEGORIES = ("compute_bound", "memory_bound", "unattributed", "communication", "memcpy", "idle_host", "idle_other",

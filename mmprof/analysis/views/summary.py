@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from mmprof.analysis.intervals import busy_by_key, union_length
+from mmprof.analysis.timeline.intervals import busy_by_key, union_length
 from mmprof.errors import BadInput
 from mmprof.names import display_name
 from mmprof.profiles.profile import Profile
