@@ -151,14 +151,14 @@ def test_cpu_against_gpu_profile_warns():
 def test_verdict_names_every_bigger_move():
     # issue 25 (h200x2 eager -> graphs, batch 64): host-bound -> memory-bound named, communication 44.8% -> 3.8%
     # left out; a category that moved more points than the ones the verdict names is named too
-    from mmprof.analysis.compare.diff import CategoryChange, _verdict
+    from mmprof.analysis.compare.diff import CategoryChange, verdict_line
     from mmprof.analysis.timeline.breakdown import CATEGORIES, LABELS
     share = {"idle_host": (0.40, 0.10), "memory_bound": (0.10, 0.45), "communication": (0.448, 0.038)}
     cats = [CategoryChange(c, LABELS[c], *share.get(c, (0.0, 0.0)), 0, 0) for c in CATEGORIES]
-    v = _verdict("decode", cats, None, ("idle_host", "memory_bound"))
+    v = verdict_line("decode", cats, None, ("idle_host", "memory_bound"))
     assert "moved from launch/queue overhead to memory bandwidth" in v
     assert "also communication 44.8% -> 3.8% (-41 pp)" in v
-    v = _verdict("decode", cats, None, ("memory_bound", "memory_bound"))
+    v = verdict_line("decode", cats, None, ("memory_bound", "memory_bound"))
     assert "still memory bandwidth" in v and "communication" in v   # -41 pp > +35 pp
     assert "launch/queue" not in v                                 # -30 pp: less than the named move
 

@@ -115,3 +115,47 @@ def test_architecture_doc_names_files_that_exist():
         if not ((PKG / p).exists() or (repo / p).exists() or bare):
             missing.append(p)
     assert missing == []
+
+
+MAX_MODULE_LINES = 700  # docs/architecture.md "Module size": one concern per module, not a cut for a count
+
+
+def test_no_module_over_700_lines():
+    """A module holds one concern with its helpers (issue 29: modules had been cut to stay under 500 lines,
+    `diff_setup.py` "to keep diff.py under 500 lines"); the limit that keeps a module readable is 700 lines."""
+    big = [f"{p.relative_to(PKG).as_posix()} ({n} lines)" for p in sorted(PKG.rglob("*.py"))
+           if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert big == []
+
+
+def _private_imports(root: Path) -> list[str]:
+    """`from mmprof.x import _name` where `_name` is not a private submodule of the importer's own package:
+    a module that needs another's helper needs it public (or the two are one module)."""
+    out = []
+    for p in sorted(root.rglob("*.py")):
+        me = ".".join(p.with_suffix("").relative_to(root.parent).parts)
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if not isinstance(node, ast.ImportFrom) or not node.module or node.level:
+                continue
+            if node.module.split(".")[0] != root.name:
+                continue
+            base = root.parent.joinpath(*node.module.split("."))
+            for a in node.names:
+                if not a.name.startswith("_") or a.name.startswith("__"):
+                    continue
+                submodule = (base / f"{a.name}.py").exists() or (base / a.name).is_dir()
+                if submodule and me.startswith(node.module + "."):
+                    continue  # a private submodule, imported inside its own package
+                out.append(f"{p.relative_to(root.parent).as_posix()}:{node.lineno} {a.name} from {node.module}")
+    return out
+
+
+def test_no_private_name_imported_across_modules(tmp_path):
+    """No module imports another module's private name (issue 29: 13 did, `_setup`, `_moves`, `_phase_codes`...)."""
+    assert _private_imports(PKG) == []
+    # the finder sees a private function imported from a sibling and lets a private submodule of the package pass
+    pkg = tmp_path / "mmprof"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "a" / "_helpers.py").write_text("def _x():\n    pass\n")
+    (pkg / "a" / "b.py").write_text("from mmprof.a import _helpers\nfrom mmprof.a._helpers import _x\n")
+    assert _private_imports(pkg) == ["mmprof/a/b.py:2 _x from mmprof.a._helpers"]

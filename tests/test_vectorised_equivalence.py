@@ -11,8 +11,8 @@ import pytest
 
 from mmprof.analysis.timeline.events import _column_codes, events_of, group_codes
 from mmprof.analysis.ranks.imbalance import _first_rows, _group_cummax, _phase_factorize, _phases, _run_sums, _sorted_pairs
-from mmprof.analysis.timeline.breakdown import (NO_PHASE, _phase_codes, _sorted_codes, _time_order, event_phases, phase_labels,
-                                      phase_mask)
+from mmprof.analysis.timeline.phases import (NO_PHASE, event_phases, phase_codes, phase_labels, phase_mask, sorted_codes,
+                                             time_order)
 from tests.profile_builder import SKINNY, Synth
 
 RNG = np.random.default_rng(24)
@@ -22,13 +22,13 @@ RNG = np.random.default_rng(24)
 def test_time_order_is_lexsort(n, span):
     t = RNG.integers(0, span, n).astype(np.int64) + 1_700_000_000_000_000_000
     d = RNG.choice(np.array([-1, 0, 1], np.int8), n)
-    assert np.array_equal(_time_order(t, d), np.lexsort((d > 0, t)))
+    assert np.array_equal(time_order(t, d), np.lexsort((d > 0, t)))
 
 
 def test_time_order_falls_back_on_huge_ranges():
     t = np.array([np.iinfo(np.int64).max - 5, -(1 << 62), 0, np.iinfo(np.int64).max - 5], dtype=np.int64)
     d = np.array([1, -1, 0, -1], np.int8)
-    assert np.array_equal(_time_order(t, d), np.lexsort((d > 0, t)))
+    assert np.array_equal(time_order(t, d), np.lexsort((d > 0, t)))
 
 
 @pytest.mark.parametrize("kind", ["narrow", "wide", "neg", "obj"])
@@ -87,8 +87,8 @@ def test_phase_labels_and_codes_from_ids_equal_the_per_event_labels(phases, coll
     ev = events_of(p)
     lab = phase_labels(p, ev.phase)
     assert list(event_phases(p, ev)) == list(lab)
-    fast = _phase_codes(p, ev.phase)
-    ref = _sorted_codes(lab, str)
+    fast = phase_codes(p, ev.phase)
+    ref = sorted_codes(lab, str)
     if fast is not None:
         assert np.array_equal(fast[0], ref[0]) and np.array_equal(fast[1], ref[1])
     else:

@@ -17,8 +17,8 @@ from mmprof.importers._nesting import (
     MAX_PATH_DEPTH,
     MAX_TIME_NS,
     Lanes,
-    _ints,
-    _to_int,
+    int_array,
+    to_int,
     finite_us,
     to_ns,
 )
@@ -160,7 +160,7 @@ class RankImporter:
         self.op_lane = self._lane([e.pid for e in ops], [e.tid for e in ops])
         self.op_nest = Lanes(self.op_lane, start, start + dur)
         args = [e.args or _EMPTY for e in ops]
-        ext = _ints([a.external_id if a.external_id is not None else a.external_id_old for a in args])
+        ext = int_array([a.external_id if a.external_id is not None else a.external_id_old for a in args])
         self.op_ext = ext
         # External id -> op row, via a sorted index
         valid = np.flatnonzero(ext > 0)
@@ -181,7 +181,7 @@ class RankImporter:
         c = self.builder.cols["ops"]
         n = len(ops)
         c["rank"] = np.full(n, self.rank, np.int64)
-        c["tid"] = _ints([e.tid for e in ops])
+        c["tid"] = int_array([e.tid for e in ops])
         c["start_ns"] = start
         c["dur_ns"] = dur
         c["name"] = self._sid([e.name for e in ops])
@@ -217,7 +217,7 @@ class RankImporter:
         c = self.builder.cols["scopes"]
         sid = self.st.id
         c["rank"] = np.full(n, self.rank, np.int64)
-        c["tid"] = _ints([e.tid for e in evs])
+        c["tid"] = int_array([e.tid for e in evs])
         c["device"] = np.full(n, -1, np.int64)
         c["stream"] = np.full(n, -1, np.int64)
         c["start_ns"] = start
@@ -229,8 +229,8 @@ class RankImporter:
         # GPU-side annotations: lanes are (device, stream)
         gevs, gstart, gdur = self._timed(gpu_anns, "gpu_user_annotation")
         gargs = [e.args or _EMPTY for e in gevs]
-        dev = _ints([a.device if a.device is not None else e.pid for a, e in zip(gargs, gevs)])
-        stream = _ints([a.stream if a.stream is not None else e.tid for a, e in zip(gargs, gevs)])
+        dev = int_array([a.device if a.device is not None else e.pid for a, e in zip(gargs, gevs)])
+        stream = int_array([a.stream if a.stream is not None else e.tid for a, e in zip(gargs, gevs)])
         glane = self._lane([("gpu", d) for d in dev.tolist()], stream.tolist())
         self.gann = Lanes(glane, gstart, gstart + gdur)
         gnames = [e.name if isinstance(e.name, str) else str(e.name) for e in gevs]
@@ -329,8 +329,8 @@ class RankImporter:
         rt, start, dur = self._timed(rt, "runtime")
         args = [e.args or _EMPTY for e in rt]
         lane = self._lane([e.pid for e in rt], [e.tid for e in rt])
-        corr = _ints([a.correlation for a in args])
-        ext = _ints([a.external_id if a.external_id is not None else a.external_id_old for a in args])
+        corr = int_array([a.correlation for a in args])
+        ext = int_array([a.external_id if a.external_id is not None else a.external_id_old for a in args])
         # op: the External id's op when it is on the same thread and encloses the call, else nesting
         op = self.op_by_ext(ext)
         j = np.where(op >= 0, op, 0)
@@ -348,7 +348,7 @@ class RankImporter:
         c = self.builder.cols["launches"]
         n = len(rt)
         c["rank"] = np.full(n, self.rank, np.int64)
-        c["tid"] = _ints([e.tid for e in rt])
+        c["tid"] = int_array([e.tid for e in rt])
         c["start_ns"] = start
         c["dur_ns"] = dur
         c["name"] = self._sid(names)
@@ -429,10 +429,10 @@ class RankImporter:
         """Args, device, stream and correlation of GPU events (kernels, copies), and their links from `_attach`:
         (launch, op, scope, scope_path, phase, step)."""
         args = [e.args or _EMPTY for e in evs]
-        dev = _ints([a.device if a.device is not None else e.pid for a, e in zip(args, evs)])
-        stream = _ints([a.stream if a.stream is not None else e.tid for a, e in zip(args, evs)])
-        corr = _ints([a.correlation for a in args])
-        ext = _ints([a.external_id if a.external_id is not None else a.external_id_old for a in args])
+        dev = int_array([a.device if a.device is not None else e.pid for a, e in zip(args, evs)])
+        stream = int_array([a.stream if a.stream is not None else e.tid for a, e in zip(args, evs)])
+        corr = int_array([a.correlation for a in args])
+        ext = int_array([a.external_id if a.external_id is not None else a.external_id_old for a in args])
         gpu_lane = self._lane([("gpu", d) for d in dev.tolist()], stream.tolist())
         return args, dev, stream, corr, self._attach(ext, corr, gpu_lane, start)
 
@@ -443,17 +443,17 @@ class RankImporter:
         try:
             return np.array(rows, dtype=np.int64).reshape(len(rows), 3)
         except (TypeError, ValueError, OverflowError):
-            return np.array([tuple(_to_int(x) for x in r) for r in rows], dtype=np.int64).reshape(len(rows), 3)
+            return np.array([tuple(to_int(x) for x in r) for r in rows], dtype=np.int64).reshape(len(rows), 3)
 
     # -- memcpy / memset ----------------------------------------------------------------------------
     def _copies(self, copies: list) -> None:
         kind_of = {id(e): k for e, k in copies}
         evs, start, dur = self._timed([e for e, _ in copies], "memcpy")
         args, dev, stream, corr, (launch, op, scope, _path, phase, step) = self._gpu_links(evs, start)
-        nbytes = _ints([a.bytes for a in args])
+        nbytes = int_array([a.bytes for a in args])
         miss = (nbytes < 0) & (launch >= 0)
         if miss.any():  # roctracer: the size sits on the hipMemcpy* call as a string
-            nbytes[miss] = _ints([self.l_args[i].size if self.l_args[i].size is not None else self.l_args[i].bytes
+            nbytes[miss] = int_array([self.l_args[i].size if self.l_args[i].size is not None else self.l_args[i].bytes
                                   for i in launch[miss].tolist()])
         kinds = [kind_of[id(e)] for e in evs]
         dirs = [_direction(e.name, a.kind) if k == "memcpy" else None for e, a, k in zip(evs, args, kinds)]

@@ -24,7 +24,7 @@ MAX_PATH_DEPTH = 256
 _I64 = 2**63
 
 
-def _to_int(v) -> int:
+def to_int(v) -> int:
     """An id-like value (int, float, numeric or "stream 7"-style string) as an int64; -1 when unknown or when it
     does not fit 64 bits (a 2**64 correlation id links nothing rather than crash)."""
     if v is None:
@@ -49,11 +49,11 @@ def _to_int(v) -> int:
     return -1
 
 
-def _ints(vals: list) -> np.ndarray:
+def int_array(vals: list) -> np.ndarray:
     try:
         return np.array(vals, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
-        return np.array([_to_int(v) for v in vals], dtype=np.int64)
+        return np.array([to_int(v) for v in vals], dtype=np.int64)
 
 
 _MAX_US = MAX_TIME_NS / 1000

@@ -21,7 +21,7 @@ from mmprof.fileio import check_events, read_bytes
 from mmprof.importers._devices import describe_device
 from mmprof.importers._ranges import Call, Copy, Kernel, Marker, RangeRows, fill, first_owner, issuing
 from mmprof.importers._timeline import assign_ranks, base_meta, collective_name, drop_idle, finish
-from mmprof.importers._nesting import _to_int
+from mmprof.importers._nesting import to_int
 from mmprof.labels import rank_from_name
 from mmprof.profiles.profile import Profile, ProfileBuilder
 from mmprof.profiles.schema import MAX_TIME_NS
@@ -114,7 +114,7 @@ def _ints(series: Any) -> list[int]:
     if str(v.dtype) == "int64":
         return v.tolist()
     # blanks, text, floats or values beyond int64: exact per value, -1 where there is no 64-bit integer
-    return [_to_int(x) if isinstance(x, str) else -1 for x in series.tolist()]
+    return [to_int(x) if isinstance(x, str) else -1 for x in series.tolist()]
 
 
 def _agent_nums(series: Any) -> list[int]:

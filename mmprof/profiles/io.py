@@ -14,7 +14,7 @@ import orjson
 from mmprof._version import __version__
 from mmprof.errors import BadInput, SchemaError
 from mmprof.fileio import atomic_write, check_events, max_events, read_bytes
-from mmprof.profiles.profile import _NP_DTYPE, Profile, _empty_column, cap_strings
+from mmprof.profiles.profile import NP_DTYPE, Profile, empty_column, cap_strings
 from mmprof.profiles.schema import (
     FORMAT_NAME,
     MAX_RANK,
@@ -78,7 +78,7 @@ def decode_column(raw: Any, kind: str, n: int, where: str) -> np.ndarray:
                 return np.full(n, np.nan if v is None else float(v), dtype=np.float64)
             if type(v) is not int or not -(2**63) <= v < 2**63:
                 raise SchemaError(f"{where}: const must be a 64-bit integer, not {str(v)[:40]!r}")
-            return np.full(n, v, dtype=_NP_DTYPE[kind])
+            return np.full(n, v, dtype=NP_DTYPE[kind])
         wire = raw.get("dtype")
         if wire not in _ALLOWED[kind]:
             raise SchemaError(f"{where}: dtype must be one of {sorted(_ALLOWED[kind])}, not {str(wire)[:20]!r}")
@@ -87,7 +87,7 @@ def decode_column(raw: Any, kind: str, n: int, where: str) -> np.ndarray:
         try:
             buf = base64.b64decode(raw["b64"], validate=True)
             # astype copies into a fresh, writable array of the in-memory dtype
-            return np.frombuffer(buf, dtype=wire).astype(_NP_DTYPE[kind])
+            return np.frombuffer(buf, dtype=wire).astype(NP_DTYPE[kind])
         except ValueError as e:
             raise SchemaError(f"{where}: malformed column data ({e})") from e
     if not isinstance(raw, list):
@@ -97,7 +97,7 @@ def decode_column(raw: Any, kind: str, n: int, where: str) -> np.ndarray:
             return np.array([np.nan if v is None else v for v in raw], dtype=np.float64)
         if not all(type(v) is int for v in raw):
             raise SchemaError(f"{where}: a column of integers holds other values")
-        return np.asarray(raw, dtype=np.int64).reshape(-1).astype(_NP_DTYPE[kind])
+        return np.asarray(raw, dtype=np.int64).reshape(-1).astype(NP_DTYPE[kind])
     except (TypeError, ValueError, OverflowError) as e:
         raise SchemaError(f"{where}: malformed column ({str(e)[:120]})") from e
 
@@ -182,7 +182,7 @@ def from_dict(doc: Any, where: str = "profile") -> Profile:
             if c in rc:
                 arr = decode_column(rc[c], kind, n, f"{where}: table {t!r} column {c!r}")
             else:
-                arr = _empty_column(kind, n)
+                arr = empty_column(kind, n)
             if len(arr) != n:
                 raise SchemaError(f"{where}: table {t!r} column {c!r} has {len(arr)} rows, header says {n}")
             out[c] = arr

@@ -16,7 +16,7 @@ import numpy as np
 from mmprof.errors import SchemaError
 from mmprof.profiles.schema import MAX_RANK, MAX_TIME_NS, TABLES, column_kind, ref_target
 
-_NP_DTYPE = {"int": np.int64, "float": np.float64, "str": np.int32}
+NP_DTYPE = {"int": np.int64, "float": np.float64, "str": np.int32}
 
 
 class StringTable:
@@ -61,10 +61,10 @@ def cap_strings(strings: list[str]) -> int:
     return n
 
 
-def _empty_column(kind: str, n: int = 0) -> np.ndarray:
+def empty_column(kind: str, n: int = 0) -> np.ndarray:
     if kind == "float":
         return np.full(n, np.nan, dtype=np.float64)
-    return np.full(n, -1, dtype=_NP_DTYPE[kind])
+    return np.full(n, -1, dtype=NP_DTYPE[kind])
 
 
 def _no_owner() -> None:
@@ -139,7 +139,7 @@ class Profile:
             n = None
             for col, ctype, _ in cols:
                 if col not in table:
-                    table[col] = _empty_column(column_kind(ctype), len(next(iter(table.values()))) if table else 0)
+                    table[col] = empty_column(column_kind(ctype), len(next(iter(table.values()))) if table else 0)
                 arr = table[col]
                 if n is None:
                     n = len(arr)
@@ -288,10 +288,10 @@ class ProfileBuilder:
                 vals = self.cols[t][c]
                 kind = column_kind(ctype)
                 if n and len(vals) == 0:  # a column this importer does not fill: null
-                    vals = _empty_column(kind, n)
+                    vals = empty_column(kind, n)
                 if len(vals) != n:
                     raise SchemaError(f"builder table {t!r}: column {c!r} has {len(vals)} rows, expected {n}")
-                out[c] = np.asarray(vals, dtype=_NP_DTYPE[kind]) if n else _empty_column(kind)
+                out[c] = np.asarray(vals, dtype=NP_DTYPE[kind]) if n else empty_column(kind)
             tables[t] = out
         cut = cap_strings(self.strings.strings)
         if cut:
@@ -324,7 +324,7 @@ def merge_profiles(profiles: list[Profile], meta: dict[str, Any] | None = None) 
         for t in TABLES:
             offsets[t] += p.n(t)
     out = {
-        t: {c: (np.concatenate(v) if v else _empty_column(column_kind(ct))) for (c, ct, _), v in zip(TABLES[t], tables[t].values())}
+        t: {c: (np.concatenate(v) if v else empty_column(column_kind(ct))) for (c, ct, _), v in zip(TABLES[t], tables[t].values())}
         for t in TABLES
     }
     if meta is None:

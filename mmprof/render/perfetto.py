@@ -45,7 +45,7 @@ from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY
 from mmprof.errors import BadInput, NoEvidence
 from mmprof.fileio import atomic_output
 from mmprof.names import display_name
-from mmprof.render.perfetto_timeline import CHUNK, COUNTER, STREAM_TID0, _us, counter_slices, engine_slices
+from mmprof.render.perfetto_timeline import CHUNK, COUNTER, STREAM_TID0, to_us, counter_slices, engine_slices
 
 FULL_NAMES_EVERY_MAX = 200_000
 FLOW = "launch"
@@ -285,7 +285,7 @@ def _device_slices(d: _Doc) -> Iterator[bytes]:
         for lo in range(0, len(sel), CHUNK):
             idx = sel[lo:lo + CHUNK]
             dyn = _device_args(ev, idx)
-            ts, dur = _us(ev.start[idx], d.t0), np.round(np.maximum(ev.dur[idx], 0) / 1000.0, 3).tolist()
+            ts, dur = to_us(ev.start[idx], d.t0), np.round(np.maximum(ev.dur[idx], 0) / 1000.0, 3).tolist()
             ranks, u = ev.rank[idx].tolist(), inv[idx].tolist()
             out = []
             for i in range(len(idx)):
@@ -331,7 +331,7 @@ def _op_slices(d: _Doc, frame_args: dict[int, dict], cpu: bool) -> Iterator[byte
     tids = d.tracks.cpu_tids(O["rank"], O["tid"])
     for lo in range(0, len(op_rows), CHUNK):
         r = op_rows[lo:lo + CHUNK]
-        ts, dur = _us(O["start_ns"][r], d.t0), np.round(np.maximum(O["dur_ns"][r], 0) / 1000.0, 3).tolist()
+        ts, dur = to_us(O["start_ns"][r], d.t0), np.round(np.maximum(O["dur_ns"][r], 0) / 1000.0, 3).tolist()
         out = []
         for i, row in enumerate(r.tolist()):
             a = frame_args.get(row)
@@ -355,7 +355,7 @@ def _launch_slices(d: _Doc) -> Iterator[bytes]:
     p, L = d.p, d.T["launches"]
     n = p.n("launches")
     tids = d.tracks.cpu_tids(L["rank"], L["tid"])
-    ts_all = _us(L["start_ns"], d.t0)
+    ts_all = to_us(L["start_ns"], d.t0)
     dur_all = np.round(np.maximum(L["dur_ns"], 0) / 1000.0, 3).tolist()
     names = {i: p.string(int(i)) or "launch" for i in np.unique(L["name"]).tolist()}
     targets = _launch_targets(p, d.tracks, d.t0)
@@ -385,7 +385,7 @@ def _scope_slices(d: _Doc, cpu: bool) -> Iterator[bytes]:
     gpu = (S["stream"] >= 0) & (S["tid"] < 0)
     if not p.n("scopes") or not (cpu or gpu.any()):
         return
-    ts_all, dur_all = _us(S["start_ns"], d.t0), np.round(np.maximum(S["dur_ns"], 0) / 1000.0, 3).tolist()
+    ts_all, dur_all = to_us(S["start_ns"], d.t0), np.round(np.maximum(S["dur_ns"], 0) / 1000.0, 3).tolist()
     src = {i: p.string(int(i)) for i in np.unique(S["source"]).tolist()}
     for lo in range(0, p.n("scopes"), CHUNK):
         out = []
@@ -428,7 +428,7 @@ def _launch_targets(p, tracks: _Tracks, t0: int) -> dict[int, list[tuple[int, in
         if not len(ok):
             continue
         tids = tracks.gpu_tids(X["rank"][ok], X["device"][ok], X["stream"][ok])
-        ts = _us(X["start_ns"][ok], t0)
+        ts = to_us(X["start_ns"][ok], t0)
         for j, (row, r) in enumerate(zip(X["launch"][ok].tolist(), X["rank"][ok].tolist())):
             out.setdefault(row, []).append((r + 1, int(tids[j]), ts[j]))
     return out

@@ -17,7 +17,7 @@ STREAM_TID0 = 10_000          # stream tracks after CPU threads within a process
 CHUNK = 50_000                # events per piece of the document
 
 
-def _us(ns: np.ndarray, t0: int) -> list[float]:
+def to_us(ns: np.ndarray, t0: int) -> list[float]:
     """ns on the profile's clock -> microseconds from the trace's start, rounded to the nanosecond."""
     return np.round((ns.astype(np.int64) - t0) / 1000.0, 3).tolist()
 
@@ -34,8 +34,8 @@ def counter_slices(d) -> Iterator[bytes]:
         lab, end = prev.pop(r)
         out.append({"ph": "C", "name": COUNTER, "pid": r + 1, "ts": end, "args": {lab: 0}})
 
-    for r, s, e, c in zip(seg["rank"].tolist(), _us(seg["start_ns"].to_numpy(), d.t0),
-                          _us(seg["end_ns"].to_numpy(), d.t0), seg["category"].tolist()):
+    for r, s, e, c in zip(seg["rank"].tolist(), to_us(seg["start_ns"].to_numpy(), d.t0),
+                          to_us(seg["end_ns"].to_numpy(), d.t0), seg["category"].tolist()):
         lab = LABELS[c]
         args = {lab: 1}
         if r not in prev:  # every series starts at 0 at the rank's first event
@@ -89,6 +89,6 @@ def engine_slices(p, ev: EventFrame, t0: int) -> list[dict]:
                 "period ns": int(row.span_ns), "GPU busy ns": int(sum(d[c] for c in busy)),
                 **{f"{LABELS[c]} ns": int(d[c]) for c in CATEGORIES[5:]}}
         out.append({"ph": "X", "name": f"{row.phase} step {key[1]}", "cat": "engine_step", "pid": key[0] + 1,
-                    "tid": ENGINE_TID, "ts": _us(np.array([row.start_ns]), t0)[0],
+                    "tid": ENGINE_TID, "ts": to_us(np.array([row.start_ns]), t0)[0],
                     "dur": round(max(int(row.end_ns) - int(row.start_ns), 0) / 1000.0, 3), "args": args})
     return out

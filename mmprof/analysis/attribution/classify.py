@@ -170,6 +170,11 @@ def _repeats(op: Any, av: Any) -> bool:
     return op in _REPEATS and (av[1] is _sre_c.MAXREPEAT or av[1] > 1)
 
 
+def parse_regex(pattern: str) -> Any:
+    """The parse tree of a regex (Python's own parser), for `has_nested_repeat`; raises re.error."""
+    return _sre_p.parse(pattern)
+
+
 def has_nested_repeat(parsed: Any) -> bool:
     """True when a repeat (max > 1) contains another one: `(a+)+`, `(a*)*`, `(?:x{1,}y?)+`."""
     for op, av in parsed:
@@ -234,7 +239,7 @@ def read_rule_file(path: str | Path) -> list[Rule]:
     rules = _parse_rules(doc, str(p) if p.parent != RULES_DIR else p.name)
     if p.parent != RULES_DIR:
         for r in rules:
-            if has_nested_repeat(_sre_p.parse(r.pattern)):
+            if has_nested_repeat(parse_regex(r.pattern)):
                 raise BadInput(f"{p}: rule {r.id}: regex {r.pattern[:60]!r} nests a repeat inside a repeat (like "
                                "(a+)+), which can take exponential time; write it without the nesting")
     return rules

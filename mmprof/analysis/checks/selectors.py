@@ -14,7 +14,7 @@ import fnmatch
 import re
 from typing import Any, Iterable
 
-from mmprof.analysis.attribution.classify import FAMILIES, PATHS, _sre_p, default_rules, has_nested_repeat
+from mmprof.analysis.attribution.classify import FAMILIES, PATHS, default_rules, has_nested_repeat, parse_regex
 from mmprof.errors import BadInput
 from mmprof.labels import roles
 
@@ -25,7 +25,7 @@ def compile_bounded(pattern: str, where: str, key: str) -> re.Pattern:
     if len(pattern) > 1000:
         raise BadInput(f"{where}: `{key}` regex is {len(pattern)} characters (at most 1000)")
     try:
-        parsed = _sre_p.parse(pattern)
+        parsed = parse_regex(pattern)
         rx = re.compile(pattern)
     except (re.error, OverflowError, RecursionError) as e:
         raise BadInput(f"{where}: bad `{key}` regex ({e})") from e

@@ -34,7 +34,7 @@ def plain_timing_change(before, after) -> dict[str, Any] | None:
     return out
 
 
-def _setup(profile) -> dict[str, set[str]]:
+def run_setup(profile) -> dict[str, set[str]]:
     """Vendor, device, tool and model of a profile, as far as its metadata says (empty sets: unknown)."""
     meta = profile.meta if isinstance(profile.meta, dict) else {}
     devs = [d for r in meta.get("ranks") or [] if isinstance(r, dict)
@@ -51,7 +51,7 @@ def _setup(profile) -> dict[str, set[str]]:
 def setup_mismatch(before, after) -> str | None:
     """One warning when the two sides ran on different vendors or devices, were recorded by different tools or ran
     different models: a diff across them compares set-ups, not a change."""
-    sb, sa = _setup(before), _setup(after)
+    sb, sa = run_setup(before), run_setup(after)
     diffs = [f"{k} {'/'.join(sorted(sb[k]))} vs {'/'.join(sorted(sa[k]))}" for k in ("vendor", "device", "tool", "model")
              if sb[k] and sa[k] and sb[k] != sa[k]]
     if not diffs:

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.compare.comparability import _setup, plain_timing_change, setup_mismatch  # noqa: F401 (re-exported)
-from mmprof.analysis.compare.verdict import NOUNS, StepMove, _moves, _verdict  # noqa: F401 (NOUNS: re-exported)
+from mmprof.analysis.compare.comparability import plain_timing_change, setup_mismatch
+from mmprof.analysis.compare.verdict import StepMove, step_moves, verdict_line
+from mmprof.analysis.ranks.imbalance import rank_analysis
+from mmprof.analysis.timeline.breakdown import CATEGORIES, LABELS, StepStats, TimelineResult, timeline
 from mmprof.analysis.timeline.engine_steps import describe, engine_steps
 from mmprof.analysis.timeline.events import EventFrame, events_of, group_codes
-from mmprof.analysis.ranks.imbalance import rank_analysis
-from mmprof.analysis.timeline.breakdown import (CATEGORIES, LABELS, NO_PHASE, StepStats, TimelineResult, event_phases, phase_mask,
-                                      timeline)
+from mmprof.analysis.timeline.phases import NO_PHASE, event_phases, phase_mask
 from mmprof.errors import NoEvidence
 from mmprof.labels import is_marker, module_event
 from mmprof.names import display_name
@@ -414,9 +414,9 @@ def _diff_profiles(before, after, phase, rank, shape_regions, labels) -> DiffRes
     cats = [CategoryChange(c, LABELS[c], bb.share(c), ba.share(c), bb.time_ns[c], ba.time_ns[c]) for c in CATEGORIES]
     dom = (bb.dominant, ba.dominant)
     step = next((s for s in steps if s.phase == phase_name), None)
-    moves = _moves(bb, ba, step.before_steps, step.after_steps) if step and ph is not None else []
+    moves = step_moves(bb, ba, step.before_steps, step.after_steps) if step and ph is not None else []
     eng = b.tl.engine and a.tl.engine
-    verdict = _verdict(phase_name, cats, step, dom, moves, eng)
+    verdict = verdict_line(phase_name, cats, step, dom, moves, eng)
     engine = None
     if b.tl.engine or a.tl.engine:
         engine = tuple(describe(engine_steps(s.profile), ph) if s.tl.engine else "no engine steps" for s in (b, a))

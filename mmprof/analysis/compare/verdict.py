@@ -2,7 +2,7 @@
 step, and where the bottleneck went, naming every category that moved more than the ones it names.
 
 On two serving engines' traces the compared phase is made of engine steps (`mmprof.analysis.timeline.engine_steps`) and
-`_moves` gives the time per step of every timeline category, before and after (host inside / between the steps
+`step_moves` gives the time per step of every timeline category, before and after (host inside / between the steps
 included), so the verdict says what moved per decode step.
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mmprof.analysis.timeline.breakdown import CATEGORIES, NO_PHASE
+from mmprof.analysis.timeline.breakdown import CATEGORIES
+from mmprof.analysis.timeline.phases import NO_PHASE
 from mmprof.units import fmt_ns
 
 NOUNS = {"compute_bound": "compute", "memory_bound": "memory bandwidth", "unattributed": "unattributed compute",
@@ -40,7 +41,7 @@ class StepMove:
         return {**self.__dict__, "delta_ns": self.delta_ns}
 
 
-def _verdict(phase: str, cats: list[CategoryChange], step: StepChange | None, dom: tuple,
+def verdict_line(phase: str, cats: list[CategoryChange], step: StepChange | None, dom: tuple,
              moves: list[StepMove] | None = None, engine: bool = False) -> str:
     parts = []
     if step and step.before_ns and step.after_ns:
@@ -77,7 +78,7 @@ def _verdict(phase: str, cats: list[CategoryChange], step: StepChange | None, do
     return "; ".join(parts)
 
 
-def _moves(bb, ba, steps_b: int, steps_a: int) -> list[StepMove]:
+def step_moves(bb, ba, steps_b: int, steps_a: int) -> list[StepMove]:
     """Time per step of each category, both sides (both sides need steps)."""
     if steps_b <= 0 or steps_a <= 0:
         return []

@@ -53,8 +53,7 @@ import pandas as pd
 
 from mmprof.analysis.timeline.engine_steps import engine_steps
 from mmprof.analysis.timeline.events import CAT_COMM, EventFrame, codes, events_of
-from mmprof.analysis.timeline.phases import NO_PHASE, _sorted_codes, _time_order, event_phase_codes
-from mmprof.analysis.timeline.phases import _phase_codes, event_phases, phase_labels, phase_mask  # noqa: F401 (re-exported)
+from mmprof.analysis.timeline.phases import NO_PHASE, event_phase_codes, sorted_codes, time_order
 from mmprof.errors import NoEvidence
 
 CATEGORIES = ("compute_bound", "memory_bound", "unattributed", "communication", "memcpy", "idle_host", "idle_other",
@@ -176,8 +175,8 @@ def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
     if not len(ev):
         raise NoEvidence("profile has no kernels, copies or CPU ops: nothing to put on a timeline")
     ph_u, ph_inv = event_phase_codes(profile, ev)
-    r_u, r_inv = ev.memo("rank_codes", lambda: _sorted_codes(ev.rank))  # dense codes: the key never overflows,
-    s_u, s_inv = ev.memo("step_codes", lambda: _sorted_codes(ev.step))  # whatever the rank and step numbers
+    r_u, r_inv = ev.memo("rank_codes", lambda: sorted_codes(ev.rank))  # dense codes: the key never overflows,
+    s_u, s_inv = ev.memo("step_codes", lambda: sorted_codes(ev.step))  # whatever the rank and step numbers
     key = (r_inv.astype(np.int64) * len(ph_u) + ph_inv) * len(s_u) + s_inv
     kuniq, gcode = codes(key)
     G = len(kuniq)
@@ -348,7 +347,7 @@ def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scatte
     d = np.concatenate([np.ones(n, np.int8), np.full(n, -1, np.int8), np.zeros(2 * m, np.int8)])
     c = np.concatenate([ev.cat[keep], ev.cat[keep], np.full(2 * m, -1, np.int8)]).astype(np.int8)
     e = np.concatenate([keep, keep, np.full(2 * m, -1, np.int64)])
-    order = _time_order(t, d)           # ends (and piece bounds) before starts at the same instant
+    order = time_order(t, d)           # ends (and piece bounds) before starts at the same instant
     t, d, c, e = t[order], d[order], c[order], e[order]
     seg = np.zeros(len(t), dtype=np.int64)
     seg[:-1] = t[1:] - t[:-1]

@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.timeline.events import EventFrame, events_of
-from mmprof.analysis.timeline.breakdown import TimelineResult, phase_labels, timeline
+from mmprof.analysis.timeline.breakdown import TimelineResult, timeline
+from mmprof.analysis.timeline.phases import phase_labels
 from mmprof.names import display_name
 
 # The GPU is launch-bound when at least this share of the wall span is idle waiting for the host.

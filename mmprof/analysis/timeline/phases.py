@@ -22,7 +22,7 @@ def phase_labels(profile, phase_ids: np.ndarray) -> np.ndarray:
     return lab[inv]
 
 
-def _sorted_codes(a: np.ndarray, as_type=None) -> tuple[np.ndarray, np.ndarray]:
+def sorted_codes(a: np.ndarray, as_type=None) -> tuple[np.ndarray, np.ndarray]:
     """`np.unique(a, return_inverse=True)` by hashing (pd.factorize) and sorting the few distinct values only:
     the same answer without sorting a million events."""
     inv, u = pd.factorize(a)
@@ -33,8 +33,8 @@ def _sorted_codes(a: np.ndarray, as_type=None) -> tuple[np.ndarray, np.ndarray]:
     return u[order], pos[inv]
 
 
-def _phase_codes(profile, phase_ids: np.ndarray, fact=None) -> tuple[np.ndarray, np.ndarray] | None:
-    """`_sorted_codes(phase_labels(profile, phase_ids), str)` from the integer phase ids: the labels of the few
+def phase_codes(profile, phase_ids: np.ndarray, fact=None) -> tuple[np.ndarray, np.ndarray] | None:
+    """`sorted_codes(phase_labels(profile, phase_ids), str)` from the integer phase ids: the labels of the few
     distinct ids are looked up, merged where two ids name the same label, and sorted; no per-event label array.
     None where a label would be missing (a string id the table lacks): the caller takes the per-event path."""
     if len(phase_ids) == 0 or (phase_ids < 0).all():
@@ -70,12 +70,12 @@ def event_phases(profile, ev: EventFrame) -> np.ndarray:
 def event_phase_codes(profile, ev: EventFrame) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct phase labels, code per event) of the frame, built once per frame."""
     def build():
-        fast = _phase_codes(profile, ev.phase, ev.memo("phase_ids", lambda: pd.factorize(ev.phase)))
-        return fast if fast is not None else _sorted_codes(event_phases(profile, ev), str)
+        fast = phase_codes(profile, ev.phase, ev.memo("phase_ids", lambda: pd.factorize(ev.phase)))
+        return fast if fast is not None else sorted_codes(event_phases(profile, ev), str)
     return ev.memo("phase_codes", build)
 
 
-def _time_order(t: np.ndarray, d: np.ndarray) -> np.ndarray:
+def time_order(t: np.ndarray, d: np.ndarray) -> np.ndarray:
     """`np.lexsort((d > 0, t))`: by time, ends and bounds before starts at the same instant, ties in input order.
     One stable sort of one key (time * 2 + is-start) where the times' range allows; event starts and ends come in
     long sorted runs, which the stable sort merges rather than sorts."""

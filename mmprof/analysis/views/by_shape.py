@@ -24,7 +24,7 @@ import pandas as pd
 
 from mmprof.analysis.timeline.events import CAT_COMM, CAT_MEMCPY, call_ids, events_of
 from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY
-from mmprof.analysis.timeline.breakdown import phase_labels
+from mmprof.analysis.timeline.phases import phase_labels
 from mmprof.errors import NoEvidence
 from mmprof.units import fmt_ranges
 

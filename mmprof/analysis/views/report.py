@@ -21,7 +21,8 @@ from mmprof.analysis.views.graph_summary import GraphSummary, graph_summary
 from mmprof.analysis.timeline.launch_queue import LAUNCH_BOUND_SHARE, LaunchStats, launch_analysis
 from mmprof.analysis.ranks.imbalance import rank_analysis
 from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, summarise_bounds
-from mmprof.analysis.timeline.breakdown import NO_PHASE, Breakdown, StepStats, phase_labels, timeline
+from mmprof.analysis.timeline.breakdown import Breakdown, StepStats, timeline
+from mmprof.analysis.timeline.phases import NO_PHASE, phase_labels
 from mmprof.errors import MmprofError, NoEvidence
 from mmprof.names import display_name
 from mmprof.units import fmt_ns
