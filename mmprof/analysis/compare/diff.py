@@ -39,7 +39,8 @@ from mmprof.analysis.ranks.imbalance import rank_analysis
 from mmprof.analysis.timeline.breakdown import CATEGORIES, LABELS, StepStats, TimelineResult, timeline
 from mmprof.analysis.timeline.concurrency import overlapped_ns
 from mmprof.analysis.timeline.engine_steps import describe, engine_steps
-from mmprof.analysis.timeline.events import CAT_UNATTR, EventFrame, events_of, group_codes
+from mmprof.analysis.timeline.columns import CAT_UNATTR, group_codes
+from mmprof.analysis.timeline.events import EventFrame, events_of
 from mmprof.analysis.timeline.phases import NO_PHASE, event_phases, phase_mask
 from mmprof.errors import NoEvidence, NotComparable
 from mmprof.labels import is_marker, module_event

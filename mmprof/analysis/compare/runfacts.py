@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from mmprof.analysis.timeline.engine_steps import engine_steps
-from mmprof.analysis.timeline.events import TABLE_KERNELS, content_hash
+from mmprof.analysis.timeline.columns import TABLE_KERNELS
+from mmprof.analysis.timeline.events import content_hash
 from mmprof.labels import module_event
 
 ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
