@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmprof.analysis.compare.runfacts import RunFacts
+from mmprof.analysis.compare.runfacts import ProfilerSettings, RunFacts
 
 CONTEXT_SHIFT = 0.25   # mean decode context (prompt + half the decode steps) differing by more than this: flagged
 
@@ -50,15 +50,26 @@ CLEANER = ("a cleaner trace: torch.profiler(record_shapes=True, with_stack=False
            "in vLLM --profiler-config.torch_profiler_with_stack=false")
 
 
+def trace_caveats(p: ProfilerSettings, side: str = "") -> list[str]:
+    """What one trace's profiler settings did to its host time (synchronous launches, Python stacks)."""
+    who = f"{side}: " if side else ""
+    out = []
+    if p.synchronous:
+        out.append(f"{who}the launches were synchronous ({p.sync_launches:.0%} of {p.sync_of:,} kernels ended before "
+                   "their launch call returned: CUDA_LAUNCH_BLOCKING=1 or a sync after each launch), so host time "
+                   "includes every kernel's run time and the step time is not the engine's")
+    if p.stacks:
+        what = (f"{p.python_events:,} Python-function events" if p.python_events
+                else f"{p.module_events:,} nn.Module events")
+        out.append(f"{who}traced with Python stacks ({what}): the Python tracer slows the host, so host time, "
+                   "host-bound shares and profiled step times are inflated (kernel times are not)")
+    return out
+
+
 def profiler_caveats(fb: RunFacts, fa: RunFacts) -> list[str]:
     """What the profiler's settings did to each side's host time, and how to take a cleaner trace."""
-    out = []
-    for side, f in (("before", fb), ("after", fa)):
-        p = f.profiler
-        if p.synchronous:
-            out.append(f"{side}: the launches were synchronous ({p.sync_launches:.0%} of {p.sync_of:,} kernels ended "
-                       "before their launch call returned: CUDA_LAUNCH_BLOCKING=1 or a sync after each launch), so "
-                       "its host time includes every kernel's run time and its step time is not the engine's")
+    out = [c for side, f in (("before", fb), ("after", fa)) for c in trace_caveats(f.profiler, side)
+           if "synchronous" in c]
     stacked = [(side, f.profiler) for side, f in (("before", fb), ("after", fa)) if f.profiler.stacks]
     if stacked:
         who = " and ".join(side for side, _ in stacked)

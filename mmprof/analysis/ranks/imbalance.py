@@ -77,7 +77,7 @@ class StepStraggler:
     others_wait_ns: float    # mean wait of the other ranks in this step
     spread_ns: float         # most - least waiting rank
     share: float             # spread / the step's median span
-    regions: list[RegionExtra]
+    regions: list[RegionExtra]    # its extra time by layer (the first: this step's straggler layer), largest first
     step_ns: float | None = None  # the step's median span over ranks (what the shares are of)
 
     @property
@@ -373,7 +373,8 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
                                       float(np.median(R["busy"])), comm, max(comm - wait, 0.0), wait,
                                       sum(1 for x in step_rows if x[1] == r)))
         for st, s, ow, sp, sh in step_rows:
-            steps_out.append(StepStraggler(ph, st, s, ow, sp, sh, _extra(extras[st][1], s, info, runiq)[:3],
+            steps_out.append(StepStraggler(ph, st, s, ow, sp, sh,
+                                           [x for x in by_layer(_extra(extras[st][1], s, info, runiq)) if x.extra_ns > 0][:3],
                                            step_med.get(st)))
         phases_out.append(_verdict(ph, W, per_step, step_rows, extras, cw, info, runiq, threshold))
         if phases_out[-1].finding:
@@ -416,6 +417,16 @@ def _region_extra(region: str, v: float, info: pd.DataFrame) -> RegionExtra:
     return RegionExtra(region, layer, role if isinstance(role, str) else None, v)
 
 
+def by_layer(regions: list[RegionExtra]) -> list[RegionExtra]:
+    """Extra time per layer (model-level regions on their own), largest first: the first is the straggler layer
+    (docs/glossary.md), for a phase or for one step."""
+    acc: dict[str, list] = {}
+    for x in regions:
+        acc.setdefault(_label(x.region, x.layer), []).append(x)
+    return sorted((RegionExtra(k, v[0].layer, None, sum(y.extra_ns for y in v)) for k, v in acc.items()),
+                  key=lambda x: -x.extra_ns)
+
+
 def _verdict(ph, W, per_step, step_rows, extras, cw, info, runiq, threshold) -> PhaseVerdict:
     """The phase's straggler: the rank that waited least for peers, averaged over the steps with aligned
     collectives; the others' mean wait; its extra time by region and layer; the verdict line."""
@@ -449,11 +460,10 @@ def _verdict(ph, W, per_step, step_rows, extras, cw, info, runiq, threshold) -> 
         for c, v in ex.items():
             acc[int(c)] = acc.get(int(c), 0.0) + float(v)
     regions = sorted((_region_extra(runiq[c], v / steps_used, info) for c, v in acc.items()), key=lambda x: -x.extra_ns)
-    by_layer: dict[str, list] = {}
+    layers = by_layer(regions)
+    grouped: dict[str, list] = {}
     for x in regions:
-        by_layer.setdefault(_label(x.region, x.layer), []).append(x)
-    layers = sorted((RegionExtra(k2, v[0].layer, None, sum(y.extra_ns for y in v)) for k2, v in by_layer.items()),
-                    key=lambda x: -x.extra_ns)
+        grouped.setdefault(_label(x.region, x.layer), []).append(x)
     others_all = cw[(cw["phase"] == ph) & (cw["rank"] != strag) & cw["aligned"]]
     coll = others_all.groupby("name")["wait"].sum()
     coll_name = str(coll.idxmax()) if len(coll) and coll.max() > 0 else None
@@ -462,7 +472,7 @@ def _verdict(ph, W, per_step, step_rows, extras, cw, info, runiq, threshold) -> 
     top = layers[0] if layers and layers[0].extra_ns > 0 else None
     role = None
     if top is not None:
-        inner = [x for x in by_layer[top.region] if x.extra_ns > 0]
+        inner = [x for x in grouped[top.region] if x.extra_ns > 0]
         role = inner[0].role if inner else None
     finding = imb >= threshold
     in_coll = f" in {coll_name}" if coll_name else ""

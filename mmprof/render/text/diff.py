@@ -35,8 +35,8 @@ def render_compared(d, console) -> None:
     comp = getattr(d, "compared", None)
     if comp is None:
         return
-    cols = [Col("what is compared", keep=10), Col(d.before[:40] or "before", keep=9, wrap=True, fold=True, min=10),
-            Col(d.after[:40] or "after", keep=9, wrap=True, fold=True, min=10), Col("", keep=8)]
+    cols = [Col("what is compared", keep=10, wrap=True), Col("before", keep=10, fold=True, min=10),
+            Col("after", keep=10, fold=True, min=10), Col("", keep=8)]
     rows = []
     for r in comp.rows:
         if r.before == "unknown" and r.after == "unknown":

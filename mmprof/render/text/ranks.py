@@ -77,7 +77,7 @@ def render_ranks(result, console, steps: int = STEP_ROWS) -> None:
         rows = sorted(result.steps, key=lambda s: -s.spread_ns)[:steps]
         t = table(f"straggler per step (the {len(rows)} most imbalanced of {len(result.steps)})",
                   [("phase", "l"), ("step", "r"), ("rank", "r"), ("others\nwait ms", "r"), ("wait\n% step", "r"),
-                   ("spread\nms", "r"), ("spread\n% step", "r"), ("its largest extra time, by region (ms)", "w")])
+                   ("spread\nms", "r"), ("spread\n% step", "r"), ("its extra time by layer (ms)", "w")])
         for s in rows:
             where = ", ".join(f"{x.region} +{_ms(x.extra_ns)}" for x in s.regions) or "-"
             t.add_row(escape(s.phase), str(s.step), str(s.rank), _ms(s.others_wait_ns),
