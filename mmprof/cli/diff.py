@@ -28,10 +28,7 @@ class _RunsCommand(click.Command):
     """Keeps a `--` between the before and the after runs as an argument (click would drop it)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if "--" in args:
-            i = args.index("--")
-            args = args[:i] + [SEPARATOR] + args[i + 1:]
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, [SEPARATOR if a == "--" else a for a in args])
 
 
 def split_runs(runs: tuple[str, ...]) -> tuple[list[str], list[str]]:

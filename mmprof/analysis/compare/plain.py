@@ -136,7 +136,10 @@ def from_vllm_kit(doc: dict, name: str) -> PlainTiming | None:
     archs = cfg.get("architectures") if isinstance(cfg.get("architectures"), list) else []
     runs = [x for x in (tok, _num(warm.get("output_tok_per_s"))) if x]
     wl = {"batch": child.get("batch"), "prompt_len": child.get("prompt_len"), "output_tokens": max_tokens or None,
-          "tp": eng.get("tensor_parallel_size"), "model": str(archs[0]) if archs else None,
+          "tp": eng.get("tensor_parallel_size"),
+          # vLLM shards experts over the TP ranks only with enable_expert_parallel (default off: EP 1)
+          "ep": (eng.get("tensor_parallel_size") if eng.get("enable_expert_parallel") else 1)
+          if isinstance(eng.get("tensor_parallel_size"), int) else None, "model": str(archs[0]) if archs else None,
           "layers": text_cfg.get("num_hidden_layers") if isinstance(text_cfg, dict) else None,
           "env": child.get("env") if isinstance(child.get("env"), dict) else {},
           "profiler": child.get("profiler_config") if isinstance(child.get("profiler_config"), dict) else {},
@@ -244,6 +247,7 @@ def plain_change(b: PlainTiming | None, a: PlainTiming | None) -> PlainChange:
         out.faster = "after" if out.change < 0 else "before" if out.change > 0 else None
         verdict = (f"{out.faster} is faster" if out.faster else "no change") + (
             f" (outside the run-to-run spread, {out.band.lo:+.0%} to {out.band.hi:+.0%})" if out.band is not None
+            else " (an upper bound below a measured time)" if b.bound != a.bound
             else " (one run a side: no run-to-run spread)")
     def fig(t: PlainTiming) -> str:
         if by_tok:

@@ -268,9 +268,11 @@ def _parallel(profile, plain) -> Fact:
                     "meta.parallel")
     wl = plain.workload if plain else {}
     if isinstance(wl.get("tp"), int):
-        return Fact(f"TP {wl['tp']}", (int(wl["tp"]), None), "the plain-timing summary's engine arguments")
+        ep = wl.get("ep") if isinstance(wl.get("ep"), int) else None
+        return Fact(f"TP {wl['tp']}" + (f", EP {ep}" if ep else ""), (int(wl["tp"]), ep) if ep else (int(wl["tp"]),),
+                    "the plain-timing summary's engine arguments")
     ws = par.get("world_size") or (meta.get("distributed") or {}).get("world_size") or len(profile.ranks)
-    return Fact(f"world size {ws} (TP not recorded)", (None, None, int(ws)) if ws else None,
+    return Fact(f"world size {ws} (TP not recorded)", None,
                 "the trace's ranks / distributed info")
 
 
@@ -280,7 +282,7 @@ def _workload(profile, es, plain) -> tuple[Fact, Fact, Fact]:
     wl = ((meta.get("run") or {}).get("workload") or {}) if isinstance(meta.get("run"), dict) else {}
     if wl.get("batch"):
         b, p = int(wl["batch"]), wl.get("prompt_len")
-        return (Fact(f"{b} requests", b, "meta.run.workload"), Fact(f"{b}", b, "meta.run.workload (one per request)"),
+        return (Fact(_requests(b), b, "meta.run.workload"), Fact(f"{b}", b, "meta.run.workload (one per request)"),
                 Fact(f"{int(p)} tokens", int(p), "meta.run.workload") if p else Fact(None))
     batch = tokens = prompt = Fact(None, None, "no engine step annotations or run metadata")
     if len(es):
@@ -288,7 +290,7 @@ def _workload(profile, es, plain) -> tuple[Fact, Fact, Fact]:
         if len(dec):
             b = int(np.median(dec["gen_reqs"]))
             vals = sorted(set(dec["gen_reqs"].tolist()))
-            batch = Fact(f"{b} requests" + (f" (steps of {', '.join(map(str, vals))})" if len(vals) > 1 else ""), b,
+            batch = Fact(_requests(b) + (f" (steps of {', '.join(map(str, vals))})" if len(vals) > 1 else ""), b,
                          "decode engine steps")
             gt = dec[dec["gen_tokens"] >= 0]["gen_tokens"]
             if len(gt):
@@ -299,10 +301,14 @@ def _workload(profile, es, plain) -> tuple[Fact, Fact, Fact]:
             prompt = Fact(f"{p} tokens", p, "prefill engine steps (tokens / requests)")
     side = plain.workload if plain else {}
     if batch.key is None and isinstance(side.get("batch"), int):
-        batch = Fact(f"{side['batch']} requests", int(side["batch"]), "the plain-timing summary")
+        batch = Fact(_requests(int(side["batch"])), int(side["batch"]), "the plain-timing summary")
     if prompt.key is None and isinstance(side.get("prompt_len"), int):
         prompt = Fact(f"{side['prompt_len']} tokens", int(side["prompt_len"]), "the plain-timing summary")
     return batch, tokens, prompt
+
+
+def _requests(n: int) -> str:
+    return f"{n} request{'s' if n != 1 else ''}"
 
 
 def _device(profile) -> Fact:

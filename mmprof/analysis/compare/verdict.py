@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmprof.analysis.timeline.breakdown import CATEGORIES, LABELS
+from mmprof.analysis.timeline.breakdown import BUSY_CATEGORIES, CATEGORIES, LABELS
 from mmprof.analysis.timeline.phases import NO_PHASE
 from mmprof.units import fmt_ns, fmt_ns_pair
 
@@ -36,7 +36,7 @@ NOUNS = {"compute_bound": "compute", "memory_bound": "memory bandwidth", "unattr
 MOVE_LABELS = {"compute_bound": "compute", "memory_bound": "memory", "unattributed": "unattributed compute",
                "communication": "communication", "memcpy": "copies", "idle_host": "launch/queue",
                "idle_other": "other idle", "idle_between": "host between steps", "idle_prep": "host inside the step"}
-BUSY = ("compute_bound", "memory_bound", "unattributed", "communication", "memcpy")
+BUSY = BUSY_CATEGORIES
 IDLE = ("idle_prep", "idle_between", "idle_host", "idle_other")
 COMPUTE = ("compute_bound", "memory_bound", "unattributed")
 COVERAGE_GAP = 0.10     # one side lacks shapes / regions for this much more of its time: its own line

@@ -67,6 +67,7 @@ LABELS = {"compute_bound": "compute-bound", "memory_bound": "memory-bound", "una
           "idle_other": "idle: other", "idle_between": "idle: host between engine steps",
           "idle_prep": "idle: host work inside the step"}
 ENGINE_CATEGORIES = ("idle_between", "idle_prep")  # only engine-step windows have these
+BUSY_CATEGORIES = CATEGORIES[:5]                   # a device event runs (GPU busy); the rest are idle
 KIND_WINDOW, KIND_BETWEEN, KIND_PREP, KIND_ENGINE = 0, 1, 2, 3  # window piece kinds (KIND_ENGINE: an engine step's)
 _BUSY = 5
 
