@@ -78,6 +78,7 @@ def test_missing_shapes_are_their_own_line_never_a_category_shift():
     assert cats["memory_bound"].before_share == 1.0 and cats["unattributed"].after_share == 1.0   # the raw shares
     missing = [t for k, t in d.answer.lines if k == "missing"]
     assert len(missing) == 1 and missing[0].startswith("no roofline for part of the GPU time: 0% of the before")
+    assert "on the after side mostly because its kernels have no op shapes" in missing[0]
     assert "memory bandwidth" not in d.verdict and "unattributed" not in d.verdict
     assert "the bottleneck is still GPU compute" in d.verdict
     assert d.answer.faster is None and "no measurable change" in d.verdict

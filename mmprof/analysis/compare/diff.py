@@ -283,9 +283,11 @@ def _roof(side: _Side, ph, rank) -> pd.DataFrame:
     role, fam = np.asarray(side.role.codes)[idx], np.asarray(ev.family.codes)[idx]
     key, first = group_codes(role, fam)
     dur = ev.dur[idx].astype(np.float64)
+    un = ev.cat[idx] == CAT_UNATTR
     return pd.DataFrame({"comp": np.bincount(key, weights=dur, minlength=len(first)),
-                         "unattr": np.bincount(key, weights=np.where(ev.cat[idx] == CAT_UNATTR, dur, 0.0),
-                                               minlength=len(first))},
+                         "unattr": np.bincount(key, weights=np.where(un, dur, 0.0), minlength=len(first)),
+                         "noshape": np.bincount(key, weights=np.where(un & (ev.op[idx] < 0), dur, 0.0),
+                                                minlength=len(first))},
                         index=pd.MultiIndex.from_arrays([_labels(side.role.categories, role[first]),
                                                          _labels(ev.family.categories, fam[first])]))
 
@@ -296,17 +298,22 @@ def _labels(cats, codes: np.ndarray) -> np.ndarray:
     return lab[np.where(codes >= 0, codes, len(cats))]
 
 
-def _missing(b: _Side, a: _Side, gap, ph, rank) -> list[str]:
-    """Data one side lacks, each its own line: op shapes (no roofline), regions."""
+def _missing(b: _Side, a: _Side, gap, roofs, ph, rank) -> list[str]:
+    """Data one side lacks, each its own line: op shapes or a FLOP model (no roofline), regions."""
     out = []
     if gap is not None:
         ub, ua = gap
-        less = "after" if ua > ub else "before"
-        replay = [s for s, side in (("before", b), ("after", a)) if len(side.events) and (side.events.graph >= 0).any()]
-        why = " (graph replays with no captured or eager twin carry no shapes)" if less in replay else ""
+        less, side, roof = ("after", a, roofs[1]) if ua > ub else ("before", b, roofs[0])
+        unattr = float(roof["unattr"].sum())
+        if unattr and float(roof["noshape"].sum()) >= 0.5 * unattr:
+            why = ("its kernels have no op shapes (graph replays with no captured or eager twin in the trace)"
+                   if len(side.events) and (side.events.graph >= 0).any()
+                   else "its kernels have no op shapes (traced without record_shapes)")
+        else:
+            why = "its kernels' ops have no FLOP model (Inductor / Triton kernels)"
         out.append(f"no roofline for part of the GPU time: {ub:.0%} of the before side's compute-kernel time and "
-                   f"{ua:.0%} of the after side's have no op shapes or FLOP model{why}, so compute- vs memory-bound "
-                   "is not compared; the bottleneck statement sums them as GPU compute")
+                   f"{ua:.0%} of the after side's have none, on the {less} side mostly because {why}; so compute- "
+                   "vs memory-bound is not compared, and the bottleneck statement sums them as GPU compute")
     shares = []
     for side in (b, a):
         ev = side.events
@@ -377,8 +384,9 @@ def _diff_profiles(before, after, phase, rank, shape_regions, labels, plain, rep
                          "profile: nothing to compare")
     cats = [CategoryChange(c, LABELS[c], bb.share(c), ba.share(c), bb.time_ns[c], ba.time_ns[c]) for c in CATEGORIES]
     dom = (bb.dominant, ba.dominant)
-    gap = roofline_lost(_roof(b, ph, rank), _roof(a, ph, rank))
-    missing = _missing(b, a, gap, ph, rank)
+    roofs = (_roof(b, ph, rank), _roof(a, ph, rank))
+    gap = roofline_lost(*roofs)
+    missing = _missing(b, a, gap, roofs, ph, rank)
     bn_cats = merged_compute(cats) if gap is not None else cats
     bn_dom = dom
     if bn_cats is not cats:
@@ -431,7 +439,8 @@ def _diff_profiles(before, after, phase, rank, shape_regions, labels, plain, rep
     regions = sorted((d for d in by_scope), key=lambda d: -abs(d.delta_ns))
     ans = answer(phase_name, sb, sa, band, pc if (pc.before or pc.after) else None, mb, ma, regions, overlap_roles,
                  bottleneck, missing, {k: v for k, v in host_caveat.items() if v},
-                 b.tl.engine_phase(ph) and a.tl.engine_phase(ph))
+                 b.tl.engine_phase(ph) and a.tl.engine_phase(ph),
+                 (float(wb["count"].sum()) / nb, float(wa["count"].sum()) / na) if per_step else None)
     step = next((s for s in steps if s.phase == phase_name), None)
     if step is not None:
         step.line = ans.headline

@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmprof.analysis.timeline.breakdown import BUSY_CATEGORIES, CATEGORIES, LABELS
+from mmprof.analysis.timeline.breakdown import BUSY_CATEGORIES, CATEGORIES
 from mmprof.analysis.timeline.phases import NO_PHASE
-from mmprof.units import fmt_ns, fmt_ns_pair
+from mmprof.units import fmt_ns_pair
 
 NOUNS = {"compute_bound": "compute", "memory_bound": "memory bandwidth", "unattributed": "unattributed compute",
          "communication": "communication", "memcpy": "memory copies", "idle_host": "launch/queue overhead",
@@ -177,11 +177,6 @@ def merged_compute(cats: list) -> list:
     return [merged] + [c for c in cats if c.category not in COMPUTE]
 
 
-def dominant(cats: list) -> str | None:
-    live = [c for c in cats if c.before_ns or c.after_ns]
-    return max(live, key=lambda c: c.before_ns).category if live else None
-
-
 def step_moves(mb: StepMeans | None, ma: StepMeans | None) -> list[StepMove]:
     """Time per step of each category, both sides (means over the steps; both sides need steps)."""
     if mb is None or ma is None:
@@ -213,7 +208,12 @@ def roofline_lost(tb, ta) -> tuple[float, float] | None:
     return None
 
 
-def _why(mb: StepMeans, ma: StepMeans, regions: list, overlap_roles: dict, host_caveat: dict[str, str]) -> str:
+def _count(n: tuple[float, float] | None) -> str:
+    return f"{n[0]:,.0f} -> {n[1]:,.0f} device events per step" if n and (n[0] or n[1]) else ""
+
+
+def _why(mb: StepMeans, ma: StepMeans, regions: list, overlap_roles: dict, host_caveat: dict[str, str],
+         counts: tuple[float, float] | None = None) -> str:
     """The part of the step that changed (module docstring); the profiler's inflation of host time after a ' (('
     when host time is the reason."""
     d_busy, d_idle = ma.busy_ns - mb.busy_ns, ma.idle_ns - mb.idle_ns
@@ -234,6 +234,8 @@ def _why(mb: StepMeans, ma: StepMeans, regions: list, overlap_roles: dict, host_
         why = f"GPU idle (host) time per step {pair(mb.idle_ns, ma.idle_ns)}"
         top = max(IDLE, key=lambda c: abs(ma.cats[c] - mb.cats[c]))
         why += f" ({MOVE_LABELS[top]} {pair(mb.cats[top], ma.cats[top])}), GPU busy {pair(mb.busy_ns, ma.busy_ns)}"
+        if top == "idle_host" and counts and counts[0] and abs(counts[1] / counts[0] - 1) > 0.1:
+            why += f", {_count(counts)} to launch"
         inflated = [f"{s}: {host_caveat[s]}" for s in ("before", "after") if host_caveat.get(s)]
         if inflated:
             why += f" ((host time inflated by the profiler: {'; '.join(inflated)})"
@@ -242,7 +244,7 @@ def _why(mb: StepMeans, ma: StepMeans, regions: list, overlap_roles: dict, host_
 
 def answer(phase: str, sb, sa, band, plain, mb: StepMeans | None, ma: StepMeans | None, regions: list,
            overlap_roles: dict, bottleneck: str, missing: list[str], host_caveat: dict[str, str],
-           engine: bool = False) -> Answer:
+           engine: bool = False, counts: tuple[float, float] | None = None) -> Answer:
     """The verdict of one phase (module docstring). `sb` / `sa` StepStats, `band` a Band or None, `plain` a
     PlainChange or None, `regions` Deltas by role (largest change first), `overlap_roles` role -> (before, after)
     overlapped ns per step, `host_caveat` side -> why its host time is inflated."""
@@ -286,7 +288,7 @@ def answer(phase: str, sb, sa, band, plain, mb: StepMeans | None, ma: StepMeans 
     if mb is not None and ma is not None:
         lines.append(("GPU work", f"busy {pair(mb.busy_ns, ma.busy_ns)} per step ({_rel(mb.busy_ns, ma.busy_ns)}mean "
                       f"of {mb.steps} / {ma.steps} steps) = kernel time {pair(mb.kernel_ns, ma.kernel_ns)} - overlap "
-                      f"{pair(mb.overlap_ns, ma.overlap_ns)}"))
+                      f"{pair(mb.overlap_ns, ma.overlap_ns)}" + (f"; {_count(counts)}" if _count(counts) else "")))
         lines.append(("host", f"GPU idle {pair(mb.idle_ns, ma.idle_ns)} per step: " + ", ".join(
             f"{MOVE_LABELS[c]} {pair(mb.cats[c], ma.cats[c])}" for c in IDLE if mb.cats[c] or ma.cats[c])))
         if mb.overlap_ns or ma.overlap_ns:
@@ -294,7 +296,7 @@ def answer(phase: str, sb, sa, band, plain, mb: StepMeans | None, ma: StepMeans 
             lines.append(("overlap", f"device time run beside other device work {pair(mb.overlap_ns, ma.overlap_ns)} "
                           "per step" + (": " + ", ".join(f"{r} {pair(x, y)}" for r, (x, y) in roles) if roles else "")))
         if faster is not None:
-            why = _why(mb, ma, regions, overlap_roles, host_caveat)
+            why = _why(mb, ma, regions, overlap_roles, host_caveat, counts)
             lines.append(("why", why.replace(" ((", " (")))
             why = why.split(" ((")[0]
     top = [d for d in regions if d.before_ns or d.after_ns][:5]
@@ -326,11 +328,3 @@ def phase_line(phase: str, sb, sa, band, mb: StepMeans | None, ma: StepMeans | N
     if mb is not None and ma is not None:
         txt += f"; GPU busy {pair(mb.busy_ns, ma.busy_ns)}, GPU idle {pair(mb.idle_ns, ma.idle_ns)} per step"
     return txt
-
-
-def label(cat: str) -> str:
-    return LABELS.get(cat, cat)
-
-
-__all__ = ["Answer", "StepMeans", "StepMove", "answer", "phase_line", "verdict_line", "merged_compute", "step_moves",
-           "roofline_lost", "dominant", "pair", "fmt_ns"]
