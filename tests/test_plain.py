@@ -102,3 +102,28 @@ def test_cli_reads_the_summary_beside_a_trace_and_the_options(tmp_path, capsys):
     rc, out, _ = _cli(["diff", data_file("samples", "kineto", "sampled_rank-0.json.gz"),
                        data_file("samples", "kineto", "sampled_rank-1.json.gz"), "--json"], capsys)
     assert orjson.loads(out)["plain"]["text"] == NO_PLAIN
+
+
+def test_vllm_families_case_summary_beside_its_trace(tmp_path, capsys):
+    # benchmarks/h200/vllm_families.py's layout: CASE/trace.pt.trace.json.gz + CASE/summary.json with repeated
+    # prefill-subtracted decode times per step (its child(): (full - prefill) / (out - 1)); the trace here is the
+    # graph-mode vLLM sample, the summary written in that script's format with figures we state
+    import shutil
+
+    from mmprof.analysis.compare.plain import from_vllm_families
+    case = tmp_path / "m3_graphs"
+    case.mkdir()
+    trace = shutil.copy(data_file(*VLLM, "m3_graphs_b8.pt.trace.json.xz"), case / "trace.pt.trace.json.xz")
+    doc = {"case": "m3_graphs", "batch": 8, "prompt_len": 64, "out_len": 32, "prof_out": 32,
+           "engine_args": {"tensor_parallel_size": 1}, "profiled_generate": {"wall_s": 0.62, "output_tokens": 256},
+           "timed_unprofiled": [{"prefill_only_s": 0.02, "full_s": 0.30, "decode_ms_per_step": 9.0322},
+                                {"prefill_only_s": 0.02, "full_s": 0.31, "decode_ms_per_step": 9.3548},
+                                {"prefill_only_s": 0.02, "full_s": 0.29, "decode_ms_per_step": 8.7097}]}
+    (case / "summary.json").write_text(json.dumps(doc))
+    t = from_vllm_families(doc, "summary.json")
+    assert t.step_ms == 9.0322 and not t.bound and t.runs_ms == [9.0322, 9.3548, 8.7097]
+    assert t.cost == pytest.approx(0.62 / 0.30)          # profiled generate / the median full generate
+    rc, out, err = _cli(["diff", data_file(*VLLM, "m3_eager_b8.pt.trace.json.xz"), trace, "--json"], capsys)
+    assert rc == 0, err
+    after = orjson.loads(out)["plain"]["after"]
+    assert after["step_ms"] == 9.0322 and "prefill-subtracted" in after["source"]

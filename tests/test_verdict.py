@@ -142,3 +142,28 @@ def test_vllm_against_the_runtime_is_refused_then_decided_by_vllms_own_timing():
     assert d.plain["measure"].startswith("ms per decode step (one side an upper bound)")
     assert kit.step_ms < d.plain["before"]["step_ms"] and d.answer.faster == "after"
     assert "why: GPU busy per step" in d.verdict   # 6 smaller layers: far less GPU work per step
+
+
+def test_the_h200_pairs_script_refuses_and_answers_on_cpu(tmp_path):
+    """benchmarks/h200/compare_pairs.py's diff part (the part that needs no GPU), on vLLM's real traces laid out as
+    benchmarks/h200/vllm_families.py writes its cases: two models refused, a file with itself refused, the pairs
+    whose files are missing said so."""
+    import importlib.util
+    import json
+    import shutil
+
+    spec = importlib.util.spec_from_file_location("compare_pairs", ROOT / "benchmarks" / "h200" / "compare_pairs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    fam = tmp_path / "families"
+    for case, src in (("m3_graphs_b8_stream", data_file("samples", "vllm", "m3_graphs_b8.pt.trace.json.xz")),
+                      ("qwen2moe_graphs_b8", data_file("vllm_own", "qwen2moe_graphs_b1.pt.trace.json.xz"))):
+        (fam / case).mkdir(parents=True)
+        shutil.copy(src, fam / case / "trace.pt.trace.json.xz")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert mod.main([str(out), "--families", str(fam)]) == 0
+    res = json.loads((out / "pairs.json").read_text())
+    assert res["two_models_m3_vs_qwen2moe"]["rc"] == 2 and "different models" in res["two_models_m3_vs_qwen2moe"]["error"]
+    assert res["a_file_with_itself"]["rc"] == 2 and "same trace" in res["a_file_with_itself"]["error"]
+    assert "skipped" in res["vllm_vs_runtime_small_b1"] and set(res) == set(mod.PAIRS)

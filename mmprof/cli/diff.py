@@ -46,8 +46,9 @@ def split_runs(runs: tuple[str, ...]) -> tuple[list[str], list[str]]:
 
 
 def sidecar(path: str) -> tuple[PlainTiming | None, str | None]:
-    """The plain timing of a trace from the summary beside it: `NAME.summary.json` for `NAME.pt.trace.json.gz`, or
-    a `summary*.json` in the same folder whose `trace_file` names it (the vllm-kit's record.py writes both forms).
+    """The plain timing of a trace from the summary beside it: `NAME.summary.json` for `NAME.pt.trace.json.gz`, a
+    `summary*.json` in the same folder whose `trace_file` names it (the vllm-kit's record.py writes both forms), or
+    the `summary.json` of a folder that holds this one trace (benchmarks/h200/vllm_families.py).
     A summary that cannot be read gives a note, never an error (the user did not name it)."""
     p = Path(path)
     if not p.is_file():
@@ -55,6 +56,8 @@ def sidecar(path: str) -> tuple[PlainTiming | None, str | None]:
     stem = _TRACE_SUFFIX.sub("", p.name)
     cands = [p.with_name(stem + ".summary.json")]
     cands += sorted(x for x in p.parent.glob("summary*.json") if x not in cands)
+    traces = [x for x in p.parent.iterdir() if ".pt.trace.json" in x.name]
+    alone = len(traces) == 1 and traces[0].name == p.name   # vllm_families.py: CASE/{trace..., summary.json}
     for c in cands:
         if not c.is_file() or c.stat().st_size > SIDECAR_BYTES:
             continue
@@ -62,7 +65,7 @@ def sidecar(path: str) -> tuple[PlainTiming | None, str | None]:
             doc = orjson.loads(read_bytes(c))
         except (OSError, ValueError, BadInput) as e:
             return None, f"{c.name} beside {p.name} could not be read as a plain-timing summary: {e}"
-        if c != cands[0]:
+        if c != cands[0] and not (alone and c.name == "summary.json"):
             names = {str((doc or {}).get("trace_file") or "")} | {
                 str(r.get("trace_file") or "") for r in (doc or {}).get("results") or [] if isinstance(r, dict)}
             if p.name not in names:

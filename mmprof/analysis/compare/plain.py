@@ -4,6 +4,8 @@ Three sources, one type (`PlainTiming`):
 
 - `mmprof run` stores its plain and profiled timings in the Profile (`meta.run.timings`): per decode step of the
   plain run, per repeat, and the same under the profiler (`from_run_meta`);
+- `benchmarks/h200/vllm_families.py` writes `CASE/summary.json` beside `CASE/trace.pt.trace.json.gz`: repeated
+  prefill-subtracted decode times per step (`from_vllm_families`);
 - the vLLM kit (`../shared/tools/vllm-kit/run/record.py`) writes a summary beside each trace
   (`NAME.summary.json` / `summary_CASE.json`) with vLLM's own timing of an unprofiled warm-up, an unprofiled timed
   generate and the profiled generate, plus the engine arguments (`from_vllm_kit`); a generate's wall time includes
@@ -149,6 +151,30 @@ def from_vllm_kit(doc: dict, name: str) -> PlainTiming | None:
                        tok, WHOLE_GENERATE, runs, bound(prof), _num(prof.get("output_tok_per_s")), wl)
 
 
+def from_vllm_families(doc: dict, name: str) -> PlainTiming | None:
+    """A `benchmarks/h200/vllm_families.py` case summary: repeated unprofiled pairs of a prefill-only and a full
+    generate, the decode time per step = (full - prefill) / (out - 1) (exact, prefill subtracted); the profiled
+    generate's wall time against the full one's gives the profiler's cost when both generated as many tokens."""
+    timed = doc.get("timed_unprofiled") if isinstance(doc, dict) else None
+    if not isinstance(timed, list):
+        return None
+    runs = [float(t["decode_ms_per_step"]) for t in timed if isinstance(t, dict) and _num(t.get("decode_ms_per_step"))]
+    if not runs:
+        return None
+    step = float(statistics.median(runs))
+    fulls = [float(t["full_s"]) for t in timed if isinstance(t, dict) and _num(t.get("full_s"))]
+    prof = doc.get("profiled_generate") if isinstance(doc.get("profiled_generate"), dict) else {}
+    same = doc.get("prof_out") == doc.get("out_len") and fulls and _num(prof.get("wall_s"))
+    profiled = step * float(prof["wall_s"]) / float(statistics.median(fulls)) if same else None
+    eng = doc.get("engine_args") if isinstance(doc.get("engine_args"), dict) else {}
+    tp = eng.get("tensor_parallel_size")
+    wl = {"batch": doc.get("batch"), "prompt_len": doc.get("prompt_len"), "output_tokens": doc.get("out_len"),
+          "tp": tp, "ep": (tp if eng.get("enable_expert_parallel") else 1) if isinstance(tp, int) else None,
+          "env": doc.get("env") if isinstance(doc.get("env"), dict) else {}}
+    return PlainTiming(f"vLLM's own timing, {name}: prefill-subtracted generates", step, False, runs, None,
+                       DECODE_TOK_S, [], profiled, None, wl)
+
+
 def from_benchmark(doc: dict, name: str) -> PlainTiming | None:
     """A benchmark's JSON line with `decode_ms_per_step` (and optionally `repeats_ms`, `decode_tok_s`)."""
     if not isinstance(doc, dict) or _num(doc.get("decode_ms_per_step")) is None:
@@ -180,7 +206,7 @@ def from_document(doc: Any, name: str) -> PlainTiming | None:
     """Whichever reader knows this JSON document (a vllm-kit summary, a benchmark line)."""
     if isinstance(doc, dict) and isinstance(doc.get("results"), list) and len(doc["results"]) == 1:
         doc = {"meta": doc.get("meta"), **doc["results"][0]}   # record.py's summary.json of one case
-    return from_vllm_kit(doc, name) or from_benchmark(doc, name)
+    return from_vllm_kit(doc, name) or from_vllm_families(doc, name) or from_benchmark(doc, name)
 
 
 @dataclass

@@ -128,11 +128,17 @@ def model_base(cls: str | None) -> str | None:
     return re.sub(r"[^a-z0-9]", "", base.lower()) or None
 
 
+_FINGERPRINT = {"kernels": ("rank", "stream", "start_ns", "dur_ns", "name"), "memcpy": ("rank", "start_ns", "dur_ns"),
+                "scopes": ("rank", "start_ns", "dur_ns", "name"), "ops": ("start_ns", "name")}
+
+
 def fingerprint(profile) -> tuple:
-    """What the trace holds, hashed: every column of the kernel, op, copy, launch and range tables and the string
-    table. Two imports of one file give the same fingerprint; the metadata (import time, paths) is left out."""
-    cols = tuple((t, c, len(a), content_hash(a)) for t in ("kernels", "ops", "memcpy", "launches", "scopes")
-                 if t in profile.tables for c, a in sorted(profile.tables[t].items()))
+    """What the trace holds, hashed: the timing and name columns of its kernels, copies, ranges and ops, every
+    table's length and the string table. Two imports of one file give the same fingerprint; the metadata (import
+    time, paths) is left out."""
+    cols = tuple((t, c, len(profile.tables[t][c]), content_hash(profile.tables[t][c]))
+                 for t, names in _FINGERPRINT.items() if t in profile.tables for c in names if c in profile.tables[t])
+    cols += tuple((t, profile.n(t)) for t in sorted(profile.tables))
     strings = content_hash(np.frombuffer("\x00".join(profile.strings).encode("utf-8", "surrogatepass"), np.uint8))
     return cols, len(profile.strings), strings
 

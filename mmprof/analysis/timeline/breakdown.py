@@ -153,6 +153,7 @@ class TimelineResult:
     warnings: list[str]
     engine: bool = False        # some rank's steps are a serving engine's steps (idle_between / idle_prep apply)
     pieces: dict = field(default_factory=dict)  # rank -> (start, end, window, kind) of its engine-step pieces
+    _memo: dict = field(default_factory=dict, repr=False)   # step_rows per (phase, rank): the windows never change
 
     @property
     def phases(self) -> list[str]:
@@ -185,12 +186,17 @@ class TimelineResult:
         """One row per step of a phase (steps >= 0, in step order): the window of the slowest rank in that step (of
         `rank` when given): rank, step, span_ns and every category. The one definition of a step's time and of
         its parts that every command uses (docs/glossary.md): the parts of a row add up to its span_ns."""
+        key = ("step_rows", phase, rank)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
         w = self._select(phase, rank)
         w = w[w["step"] >= 0]
-        if w.empty:
-            return w
-        w = w.sort_values(["step", "span_ns", "rank"], ascending=[True, False, True], kind="stable")
-        return w.drop_duplicates("step", keep="first").reset_index(drop=True)
+        if len(w):
+            w = w.sort_values(["step", "span_ns", "rank"], ascending=[True, False, True], kind="stable")
+            w = w.drop_duplicates("step", keep="first").reset_index(drop=True)
+        self._memo[key] = w
+        return w
 
     def step_stats(self, phase: str, rank: int | None = None) -> StepStats:
         """Step time of a phase: per step the slowest rank's window span (`step_rows`); median over steps, with
