@@ -12,7 +12,7 @@ import re
 import numpy as np
 
 from mmprof.importers._chrome import Args
-from mmprof.importers._kineto_comm import collectives
+from mmprof.importers._kineto_comm import collectives, is_comm_kernel_name
 from mmprof.importers._nesting import (
     MAX_PATH_DEPTH,
     MAX_TIME_NS,
@@ -40,7 +40,7 @@ KNOWN_SKIPPED = {None, "ac2g", "async_cpu_to_gpu", "async_gpu", "fwdbwd", "fwd_b
                  "external_correlation", "collective_comm", "mtia_ccp_events", "hpu_op", "Python",
                  "gpu_mem_alloc", "memory", "Memory"}
 
-_VERSION_SUFFIX = re.compile(r"_v\d+$")
+VERSION_SUFFIX = re.compile(r"_v\d+$")
 _EMPTY = Args()
 
 
@@ -344,7 +344,7 @@ class RankImporter:
         self.l_start, self.l_lane, self.l_op, self.l_ann, self.l_args = start, lane, op, ann, args
         o = np.argsort(corr, kind="stable")
         self.l_corr_sorted, self.l_corr_rows = corr[o], o
-        names = [(_VERSION_SUFFIX.sub("", e.name) if isinstance(e.name, str) else str(e.name)) for e in rt]
+        names = [(VERSION_SUFFIX.sub("", e.name) if isinstance(e.name, str) else str(e.name)) for e in rt]
         c = self.builder.cols["launches"]
         n = len(rt)
         c["rank"] = np.full(n, self.rank, np.int64)
@@ -456,7 +456,7 @@ class RankImporter:
             nbytes[miss] = int_array([self.l_args[i].size if self.l_args[i].size is not None else self.l_args[i].bytes
                                   for i in launch[miss].tolist()])
         kinds = [kind_of[id(e)] for e in evs]
-        dirs = [_direction(e.name, a.kind) if k == "memcpy" else None for e, a, k in zip(evs, args, kinds)]
+        dirs = [direction(e.name, a.kind) if k == "memcpy" else None for e, a, k in zip(evs, args, kinds)]
         n = len(evs)
         c = self.builder.cols["memcpy"]
         c["rank"] = np.full(n, self.rank, np.int64)
@@ -479,11 +479,31 @@ class RankImporter:
     def _collectives(self) -> None:
         collectives(self)
 
+    # the rows mmprof.importers._kineto_comm scans for (one pass each; the columnar importer answers from columns)
+    def comm_op_rows(self) -> list[int]:
+        """Op rows whose args name a collective (record_param_comms)."""
+        return [i for i, e in enumerate(self.op_events) if e.args is not None and e.args.coll_name is not None]
+
+    def comm_kernel_rows(self) -> list[int]:
+        """Kernel rows that are communication: their args name a collective, or their name is NCCL / RCCL's."""
+        return [k for k, (a, name) in enumerate(zip(self.k_args, self.k_names))
+                if a.coll_name is not None or is_comm_kernel_name(name)]
+
+    def c10d_op_names(self) -> list[tuple[int, str]]:
+        """(row, name) of the ops named `c10d::*`."""
+        return [(i, e.name) for i, e in enumerate(self.op_events)
+                if isinstance(e.name, str) and e.name.startswith("c10d::")]
+
+    def gloo_ann_rows(self) -> list[int]:
+        """Annotation rows named `gloo:*`."""
+        return [j for j, e in enumerate(getattr(self, "ann_events", []))
+                if isinstance(e.name, str) and e.name.startswith("gloo:")]
+
 
 _DIRS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "HtoA", "AtoH", "AtoA", "DtoA", "AtoD")
 
 
-def _direction(name, kind) -> str | None:
+def direction(name, kind) -> str | None:
     if isinstance(kind, str) and kind in _DIRS:
         return kind
     if isinstance(name, str):
