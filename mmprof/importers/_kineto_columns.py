@@ -150,6 +150,8 @@ class Gathered:
             return t
         rank = {c: i for i, c in enumerate(SETS[kind])}
         order = np.array([rank[c] for c in ks.CANON[kind]], np.int64)[t.c["cat"].astype(np.int64)]
+        if (order[1:] >= order[:-1]).all():  # one category (the usual case), or already in that order
+            return t
         return t.take(np.argsort(order, kind="stable"))
 
     def name_str(self, code: int):
@@ -216,6 +218,34 @@ class ColumnRankImporter(RankImporter):
         self._collectives()
 
     # -- helpers ------------------------------------------------------------------------------------------
+    def _lane_arrays(self, a: np.ndarray, b: np.ndarray, gpu: bool = False) -> np.ndarray:
+        """RankImporter._lane over two integer columns (thread id codes, or GPU device and stream: keys
+        (("gpu", device), stream) as there), without a Python tuple per event."""
+        n = len(a)
+        if not n:
+            return np.zeros(0, np.int64)
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        lim = 2**31
+        if a.min() >= -lim and a.max() < lim and b.min() >= -lim and b.max() < lim:
+            key = ((a + lim) << 32) | (b + lim)
+            u, first, inv = np.unique(key, return_index=True, return_inverse=True)
+            pairs = [((int(k) >> 32) - lim, (int(k) & 0xFFFFFFFF) - lim) for k in u.tolist()]
+        else:
+            u, first, inv = np.unique(np.stack([a, b], 1), axis=0, return_index=True, return_inverse=True)
+            pairs = [(int(x), int(y)) for x, y in u.tolist()]
+        ids = self.lane_ids
+        lut = np.empty(len(pairs), np.int64)
+        for j in np.argsort(first, kind="stable").tolist():
+            x, y = pairs[j]
+            lut[j] = ids.setdefault((("gpu", x), y) if gpu else (x, y), len(ids))
+        return lut[inv.reshape(-1)]
+
+    @staticmethod
+    def _drop(t: Table, keep: tuple[str, ...]) -> None:
+        """Free the columns of `t` later stages do not read."""
+        for k in [k for k in t.c if k not in keep]:
+            del t.c[k]
+
     def _timed_t(self, t: Table, what: str) -> tuple[Table, np.ndarray, np.ndarray]:
         """RankImporter._timed over columns."""
         if not t.n:
@@ -281,7 +311,7 @@ class ColumnRankImporter(RankImporter):
         t, start, dur = self._timed_t(t, "cpu_op")
         self.op_t = t
         self.op_start, self.op_end = start, start + dur
-        self.op_lane = self._lane(t.c["pid"].tolist(), t.c["tid"].tolist())
+        self.op_lane = self._lane_arrays(t.c["pid"], t.c["tid"])
         self.op_nest = Lanes(self.op_lane, start, start + dur)
         ext = t.c["ext"]
         self.op_ext = ext
@@ -301,6 +331,13 @@ class ColumnRankImporter(RankImporter):
         c["external_id"] = ext
         c["parent"] = self.op_nest.parent
         self.op_events = _Rows(n, self._op_event)
+        self.steps_t = t.take(np.flatnonzero(self._is_step(t.c["name"])))  # ProfilerStep ops: scopes too
+        self._drop(t, ("name", "dims", "types"))
+
+    def _is_step(self, codes: np.ndarray) -> np.ndarray:
+        vals = self.g.names.values
+        hit = [c for c, v in enumerate(vals) if type(v) is str and v.startswith("ProfilerStep#")]
+        return np.isin(codes, hit) if hit else np.zeros(len(codes), bool)
 
     def _args_of(self, t: Table, i: int):
         a = t.coll.get(i)
@@ -315,10 +352,8 @@ class ColumnRankImporter(RankImporter):
         return SimpleNamespace(name=self.g.name_str(int(self.op_t.c["name"][i])), args=self._args_of(self.op_t, i))
 
     def _scopes_t(self, anns: Table, gpu_anns: Table, modules: Table) -> None:
-        steps_rows = [i for i, v in enumerate(self.op_t.c["name"].tolist())
-                      if v >= 0 and type(self.g.names.values[v]) is str
-                      and self.g.names.values[v].startswith("ProfilerStep#")]
-        steps = self.op_t.take(np.asarray(steps_rows, np.int64))
+        steps = self.steps_t
+        del self.steps_t
         src = ["user_annotation", "step", "module"]
         parts = []
         for j, part in enumerate((anns, steps, modules)):
@@ -333,7 +368,7 @@ class ColumnRankImporter(RankImporter):
             cpu = cpu.take(np.argsort(np.where(cpu.c["ts_none"], 0.0, cpu.c["ts"]), kind="stable"))
         t, start, dur = self._timed_t(cpu, "user_annotation")
         self.ann_t = t
-        lane = self._lane(t.c["pid"].tolist(), t.c["tid"].tolist())
+        lane = self._lane_arrays(t.c["pid"], t.c["tid"])
         self.ann = Lanes(lane, start, start + dur)
         self.ann_start, self.ann_end, self.ann_lane = start, start + dur, lane
         names = [x if x is not None else "None" for x in self._str_list(t.c["name"])]
@@ -356,6 +391,7 @@ class ColumnRankImporter(RankImporter):
         c["source"] = self._sid_codes(t.c["src"].astype(np.int64), lambda j: src[j])
         c["depth"] = self.ann.depth
         c["parent"] = self.ann.parent
+        self._drop(t, ("dims", "types"))
         self._gpu_scopes_t(gpu_anns, n)
 
     def _ann_event(self, j: int):
@@ -365,7 +401,7 @@ class ColumnRankImporter(RankImporter):
         gt, gstart, gdur = self._timed_t(gpu_anns, "gpu_user_annotation")
         dev = gt.c["device"] if gt.n else np.zeros(0, np.int64)
         stream = gt.c["stream"] if gt.n else np.zeros(0, np.int64)
-        glane = self._lane([("gpu", d) for d in dev.tolist()], stream.tolist())
+        glane = self._lane_arrays(dev, stream, gpu=True)
         self.gann = Lanes(glane, gstart, gstart + gdur)
         gnames = [x if x is not None else "None" for x in self._str_list(gt.c["name"])] if gt.n else []
         self.gann_name, self.gann_path, self.gann_phase, self.gann_step = self._propagate(self.gann, gnames)
@@ -388,7 +424,7 @@ class ColumnRankImporter(RankImporter):
     def _launches_t(self, t: Table) -> None:
         t, start, dur = self._timed_t(t, "runtime")
         n = t.n
-        lane = self._lane(t.c["pid"].tolist(), t.c["tid"].tolist()) if n else np.zeros(0, np.int64)
+        lane = self._lane_arrays(t.c["pid"], t.c["tid"])
         corr = t.c["corr"] if n else np.zeros(0, np.int64)
         ext = t.c["ext"] if n else np.zeros(0, np.int64)
         op = self.op_by_ext(ext)
@@ -421,15 +457,15 @@ class ColumnRankImporter(RankImporter):
 
     def _gpu_links_t(self, t: Table, start: np.ndarray):
         dev, stream, corr, ext = (t.c[k] if t.n else np.zeros(0, np.int64) for k in ("device", "stream", "corr", "ext"))
-        gpu_lane = self._lane([("gpu", d) for d in dev.tolist()], stream.tolist())
+        gpu_lane = self._lane_arrays(dev, stream, gpu=True)
         return dev, stream, corr, self._attach(ext, corr, gpu_lane, start)
 
     def _kernels_t(self, t: Table) -> None:
         t, start, dur = self._timed_t(t, "kernel")
         n = t.n
         dev, stream, corr, (launch, op, scope, path, phase, step) = self._gpu_links_t(t, start)
-        grid = t.c["grid"].copy() if n else np.zeros((0, 3), np.int64)
-        block = t.c["block"].copy() if n else np.zeros((0, 3), np.int64)
+        grid = t.c["grid"].astype(np.int64) if n else np.zeros((0, 3), np.int64)
+        block = t.c["block"].astype(np.int64) if n else np.zeros((0, 3), np.int64)
         missing = (grid[:, 0] < 0) & (launch >= 0)
         if missing.any():  # ROCm roctracer builds put grid/block on the launch (runtime) event only
             grid[missing] = self.l_grid[launch[missing]]
@@ -457,12 +493,13 @@ class ColumnRankImporter(RankImporter):
         c["scope_path"] = path
         c["phase"] = phase
         c["step"] = step
+        self._drop(t, ("name",))
 
     def _copies_t(self, t: Table) -> None:
         t, start, dur = self._timed_t(t, "memcpy")
         n = t.n
         dev, stream, corr, (launch, op, scope, _path, phase, step) = self._gpu_links_t(t, start)
-        nbytes = t.c["bytes"].copy() if n else np.zeros(0, np.int64)
+        nbytes = t.c["bytes"].astype(np.int64) if n else np.zeros(0, np.int64)
         miss = (nbytes < 0) & (launch >= 0)
         if miss.any():  # roctracer: the size sits on the hipMemcpy* call as a string
             nbytes[miss] = self.l_size[launch[miss]]

@@ -41,7 +41,7 @@ from mmprof.importers._kineto_rank import (
 )
 from mmprof.importers._nesting import int_array
 
-PIECE_BYTES = 16 << 20       # events text per piece (a piece's Structs live only while it is turned into columns)
+PIECE_BYTES = 2 << 20        # events text per piece (a piece's Structs live only while it is turned into columns)
 HEAD_LIMIT = 256 << 20       # the top-level "traceEvents" key must come within this many bytes
 TAIL_LIMIT = 1 << 20         # the text after the array's "]" (traceName, displayTimeUnit, ...) is at most this
 MAX_JOINS = 8                # wrong cuts joined with the next piece before the text is called invalid JSON
@@ -208,6 +208,17 @@ def _dims(vals: list) -> np.ndarray:
     return RankImporter._dims(vals)
 
 
+_I32 = np.iinfo(np.int32)
+
+
+def narrow(a: np.ndarray) -> np.ndarray:
+    """An int64 column as int32 when every value fits (ids, devices, grid sizes nearly always do): half the bytes
+    while the trace is gathered; the Profile's columns are int64 again (`ProfileBuilder.build`)."""
+    if a.dtype == np.int64 and a.size and _I32.min <= a.min() and a.max() <= _I32.max:
+        return a.astype(np.int32)
+    return a
+
+
 def _ext(args: list) -> np.ndarray:
     return int_array([a.external_id if a.external_id is not None else a.external_id_old for a in args])
 
@@ -221,25 +232,25 @@ def _kind_columns(kind: str, evs: list, cat: list, names: Codes, vals: Codes, ra
     c["name"] = names.codes([e.name for e in evs])
     c["pid"] = vals.codes([e.pid for e in evs])
     c["tid"] = vals.codes([e.tid for e in evs])
-    c["tid_int"] = int_array([e.tid for e in evs])
+    c["tid_int"] = narrow(int_array([e.tid for e in evs]))
     args = [e.args or _EMPTY for e in evs]
     if kind in ("kernel", "memcpy", "memset", "gpu_ann"):
-        c["device"] = int_array([a.device if a.device is not None else e.pid for a, e in zip(args, evs)])
-        c["stream"] = int_array([a.stream if a.stream is not None else e.tid for a, e in zip(args, evs)])
+        c["device"] = narrow(int_array([a.device if a.device is not None else e.pid for a, e in zip(args, evs)]))
+        c["stream"] = narrow(int_array([a.stream if a.stream is not None else e.tid for a, e in zip(args, evs)]))
     if kind in ("kernel", "memcpy", "memset", "runtime"):
-        c["corr"] = int_array([a.correlation for a in args])
-        c["ext"] = _ext(args)
+        c["corr"] = narrow(int_array([a.correlation for a in args]))
+        c["ext"] = narrow(_ext(args))
     if kind in ("kernel", "runtime"):
-        c["grid"] = _dims([a.grid for a in args])
-        c["block"] = _dims([a.block for a in args])
+        c["grid"] = narrow(_dims([a.grid for a in args]))
+        c["block"] = narrow(_dims([a.block for a in args]))
     if kind == "runtime":
-        c["size"] = int_array([a.size if a.size is not None else a.bytes for a in args])
+        c["size"] = narrow(int_array([a.size if a.size is not None else a.bytes for a in args]))
     if kind in ("memcpy", "memset"):
-        c["bytes"] = int_array([a.bytes for a in args])
+        c["bytes"] = narrow(int_array([a.bytes for a in args]))
         c["direction"] = names.codes([direction(e.name, a.kind) if kind == "memcpy" else None
                                       for e, a in zip(evs, args)])
     if kind == "op":
-        c["ext"] = _ext(args)
+        c["ext"] = narrow(_ext(args))
     if kind in ("op", "ann"):
         c["dims"] = raws.codes([bytes(a.input_dims) or None for a in args])
         c["types"] = raws.codes([bytes(a.input_type) or None for a in args])
