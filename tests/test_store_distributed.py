@@ -37,6 +37,12 @@ def client():
         yield c
 
 
+@pytest.fixture(autouse=True)
+def one_file_per_partition(monkeypatch):
+    """Each run's file its own partition, so the two workers share the work (the default combines small files)."""
+    monkeypatch.setattr(engine, "PARTITION_BYTES", 1)
+
+
 def test_step_times_agree(store, client):
     duck = run_sql(connect(store), STEP_TIMES).rows
     dask = engine.step_times(store, client=client)

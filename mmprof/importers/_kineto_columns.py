@@ -35,6 +35,10 @@ from mmprof.importers._kineto_rank import (
 from mmprof.importers._kineto_comm import is_comm_kernel_name
 from mmprof.importers._nesting import Lanes, finite_us, to_ns, MAX_TIME_NS
 
+# CPU seconds the decode workers spent on the last import (they report it: a forkserver's children are not this
+# process's, so getrusage cannot see them); benchmarks/import_scale.py reads it
+WORKER_CPU_S = [0.0]
+
 SETS = {"kernel": KERNEL_CATS, "runtime": RUNTIME_CATS, "op": OP_CATS, "ann": ANN_CATS, "gpu_ann": GPU_ANN_CATS,
         "memcpy": MEMCPY_CATS, "memset": MEMSET_CATS, "module": PY_CATS}
 
@@ -581,6 +585,7 @@ def gather(path: Path, watch, jobs: int) -> tuple[str, Any, Gathered | bytes]:
             pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
         carry = b""
         joins = 0  # wrong cuts joined in a row
+        WORKER_CPU_S[0] = 0.0
         for kind, data in stream:
             if kind == "fallback":
                 return "fallback", None, b""
@@ -621,7 +626,9 @@ def _drain_one(pending: deque, g: Gathered, where: str, pool) -> bytes:
     """Add the oldest decoded piece; a wrong cut is decoded again joined with the next piece (in this process)."""
     text, sep, fut = pending.popleft()
     try:
-        g.add(fut.result())
+        piece = fut.result()
+        WORKER_CPU_S[0] += piece["cpu_s"]
+        g.add(piece)
         check_events(g.events, where)
         return b""
     except ks.WrongCut:

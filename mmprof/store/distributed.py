@@ -16,6 +16,7 @@ and its own object store).
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,7 @@ from mmprof.errors import BadInput
 from mmprof.store.catalog import store_dir
 
 SERIES = ("model", "engine", "tp", "batch")
+PARTITION_BYTES = 64 << 20
 
 
 def _dd():
@@ -39,56 +41,75 @@ def _read(root: Path, view: str, columns: list[str]):
     folder = root / "derived" / view if view != "runs" else root / "runs"
     if not any(folder.glob("*/*.parquet")):
         raise BadInput(f"{root}: the store holds no {view}")
-    df = dd.read_parquet(str(folder), columns=[c for c in columns if c != "run"] + ["run"],
-                         dataset={"partitioning": "hive"})
+    # whole files (one per run) combined into partitions of about PARTITION_BYTES: a run is never split, and a
+    # store of thousands of small runs is not thousands of tasks
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        df = dd.read_parquet(str(folder), columns=[c for c in columns if c != "run"] + ["run"],
+                             dataset={"partitioning": "hive"}, aggregate_files=True, blocksize=PARTITION_BYTES)
     return df.assign(run=df["run"].astype(str))
 
 
 def _stats(g: pd.DataFrame) -> pd.DataFrame:
-    """Median, quartiles and count of one (run, phase)'s step times, as STEP_TIMES computes them."""
+    """Median, quartiles and count of one (run, phase)'s per-step spans, as STEP_TIMES computes them."""
     use = g[g["step"] >= 0] if (g["step"] >= 0).any() else g
     s = use["span_ns"].astype("float64")
     return pd.DataFrame({"steps": [len(s)], "median_ns": [s.median()], "q25_ns": [s.quantile(0.25)],
                          "q75_ns": [s.quantile(0.75)]})
 
 
+STEP_COLUMNS = ["run", "phase", "steps", "median_ns", "q25_ns", "q75_ns"]
+
+
+def _run_steps(part: pd.DataFrame) -> pd.DataFrame:
+    """STEP_TIMES of the runs of one partition (a partition holds whole runs: the store writes one file per run and
+    `_read` combines whole files)."""
+    if not len(part):
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c == "steps" else "float64" if c.endswith("_ns")
+                                          else "object") for c in STEP_COLUMNS})
+    per_step = part.groupby(["run", "phase", "step"], observed=True)["span_ns"].max().reset_index()
+    out = per_step.groupby(["run", "phase"], observed=True)[["step", "span_ns"]].apply(_stats).reset_index()
+    return out[STEP_COLUMNS].astype({"run": object, "phase": object, "steps": "int64"})
+
+
 def step_times(store: str | os.PathLike, client=None) -> pd.DataFrame:
-    """`query.STEP_TIMES` computed by Dask: run, phase, steps, median_ns, q25_ns, q75_ns (sorted by run, phase)."""
+    """`query.STEP_TIMES` computed by Dask: run, phase, steps, median_ns, q25_ns, q75_ns (sorted by run, phase).
+    Each partition (one run's file) is reduced where it is read; only the per-run rows travel."""
     root = store_dir(store)
     steps = _read(root, "steps", ["run", "phase", "step", "span_ns"])
-    per_step = steps.groupby(["run", "phase", "step"])["span_ns"].max().reset_index()
-    meta = pd.DataFrame({"steps": pd.Series(dtype="int64"), "median_ns": pd.Series(dtype="float64"),
-                         "q25_ns": pd.Series(dtype="float64"), "q75_ns": pd.Series(dtype="float64")})
-    out = per_step.groupby(["run", "phase"]).apply(_stats, meta=meta)
-    res = (client.compute(out).result() if client is not None else out.compute()).reset_index()
-    res = res.drop(columns=[c for c in res.columns if c.startswith("level_")])
-    return res.sort_values(["run", "phase"]).reset_index(drop=True)[["run", "phase", "steps", "median_ns", "q25_ns",
-                                                                     "q75_ns"]]
+    meta = _run_steps(pd.DataFrame({"run": [], "phase": [], "step": [], "span_ns": []}))
+    out = steps.map_partitions(_run_steps, meta=meta)
+    res = client.compute(out).result() if client is not None else out.compute()
+    return res.sort_values(["run", "phase"]).reset_index(drop=True)
 
 
-def _changes(g: pd.DataFrame) -> pd.DataFrame:
-    g = g.sort_values(["date", "run"])
-    g = g.assign(before=g["variant"].shift(1), before_run=g["run"].shift(1))
-    return g[g["before"].notna() & (g["before"] != g["variant"])]
+CHANGE_COLUMNS = ["run", "date", *SERIES, "phase", "before_run", "before", "variant"]
+
+
+def _changes(d: pd.DataFrame) -> pd.DataFrame:
+    """Per series (model, engine, TP, batch, phase; a NULL key is one group, as in SQL's PARTITION BY), in date
+    order: the rows whose variant differs from the row before."""
+    if not len(d):
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in CHANGE_COLUMNS})
+    d = d.sort_values(["date", "run"], kind="stable")
+    key = [d[c].astype("string").fillna("\x00") for c in (*SERIES, "phase")]
+    grp = d.groupby(key, sort=False, dropna=False)
+    d = d.assign(before=grp["variant"].shift(1), before_run=grp["run"].shift(1))
+    hit = d["before"].notna() & (d["before"] != d["variant"]).fillna(False)
+    return d[hit.astype(bool)][CHANGE_COLUMNS]
 
 
 def variant_changes(store: str | os.PathLike, pattern: str = "layers.*.moe.routed", client=None) -> pd.DataFrame:
     """`query.VARIANT_CHANGES` computed by Dask: run, date, model, engine, tp, batch, phase, before_run, before,
-    variant (sorted by date, run, phase)."""
+    variant (sorted by date, run, phase). The scan, filter and join run on the partitions; the few dominant rows
+    left are ordered in one partition for the run-to-run comparison."""
     root = store_dir(store)
     v = _read(root, "variants", ["run", "phase", "pattern", "family", "variant", "library", "dominant"])
     v = v[v["dominant"] & (v["pattern"] == pattern)]
     v = v.assign(variant=v["family"] + " / " + v["variant"] + " (" + v["library"] + ")")[["run", "phase", "variant"]]
     runs = _read(root, "runs", ["run", "date", *SERIES])
-    d = v.merge(runs, on="run", how="inner")
-    # a NULL series key (no TP, say) is one group, as in SQL's PARTITION BY
-    key = None
-    for c in (*SERIES, "phase"):
-        part = d[c].astype("string").fillna("\x00")
-        key = part if key is None else key + "|" + part
-    d = d.assign(series=key)
-    cols = ["run", "date", *SERIES, "phase", "before_run", "before", "variant"]
-    meta = pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
-    out = d.groupby("series").apply(lambda g: _changes(g)[cols], meta=meta)
+    d = v.merge(runs, on="run", how="inner").repartition(npartitions=1)
+    meta = _changes(pd.DataFrame({c: [] for c in ["run", "phase", "variant", "date", *SERIES]}))
+    out = d.map_partitions(_changes, meta=meta)
     res = client.compute(out).result() if client is not None else out.compute()
-    return res.sort_values(["date", "run", "phase"]).reset_index(drop=True)[cols]
+    return res.sort_values(["date", "run", "phase"]).reset_index(drop=True)[CHANGE_COLUMNS]
