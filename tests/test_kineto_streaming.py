@@ -1,6 +1,7 @@
 """The streaming Kineto import (importers/_kineto_stream.py, _kineto_columns.py) gives the Profile the Struct path
 gives (MMPROF_KINETO_REFERENCE=1: the whole document decoded, one Struct per event): every table, every column,
-the string table and the metadata, on every real Kineto trace of tests/data and the shared samples.
+the string table and the metadata, on every real Kineto trace of tests/data, examples/ and the shared samples
+(those beside the checkout on the project's machines and in CI).
 
 The pieces are made tiny here (PIECE_BYTES) so that every trace is cut many times, also inside strings and nested
 objects (a wrong cut must be found by the decoder and joined, never silently change an event)."""
@@ -16,12 +17,12 @@ import pytest
 from mmprof.errors import BadInput
 from mmprof.importers import _kineto_stream, detect, kineto
 from mmprof.profiles.io import to_dict
-from tests.conftest import DATA, SHARED_SAMPLES
+from tests.conftest import DATA, ROOT, SHARED_SAMPLES
 
 
 def _kineto_files() -> list[Path]:
     out = []
-    for root in (DATA, SHARED_SAMPLES):
+    for root in (DATA, SHARED_SAMPLES, ROOT / "examples"):
         for p in sorted(root.rglob("*")):
             if p.is_file() and (".json" in p.name or ".pt.trace" in p.name):
                 try:

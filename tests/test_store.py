@@ -198,3 +198,39 @@ def test_import_with_store(tmp_path, capsys):
     p = load_profile(out)
     assert query(st, f"SELECT count(*) FROM kernels WHERE run = '{run}'").rows == [(p.n("kernels"),)]
     assert p.n("kernels") > 0
+
+
+def _point(run: str, day: int, routed: list[tuple[str, float]], med: float = 1e6, steps: int = 8):
+    from mmprof.store.history import RunPoint
+
+    p = RunPoint(run, f"2026-11-{day:02d}", "m3", "vllm", 8, 8, None, None)
+    p.steps["decode"] = {"steps": steps, "median_ns": med, "q25_ns": med * 0.99, "q75_ns": med * 1.01}
+    p.variants["decode"] = {"layers.*.moe.routed": routed[0][0]}
+    p.ran["decode"] = {"layers.*.moe.routed": [v for v, share in routed if share >= 0.10]}
+    return p
+
+
+def test_gate_rules_by_hand():
+    """Two variants that both ran trading places is not a change; a new one is. +8% with a 2% band fails, +4%
+    (under the threshold) passes, +8% with one step is not judged (no evidence: exit 2); +8% inside a 10% band
+    passes."""
+    from mmprof.store.history import History
+
+    def judge(a, b):
+        return gate(History("st", None, [a, b]))
+
+    A, B, C = "gemm / x (cuBLAS)", "gemm / y (cuBLAS)", "grouped_gemm / g (CUTLASS)"
+    assert judge(_point("r1", 1, [(A, .55), (B, .45)]), _point("r2", 2, [(B, .55), (A, .45)])).findings == []
+    h = judge(_point("r1", 1, [(A, .55), (B, .45)]), _point("r2", 2, [(C, .9), (A, .1)]))
+    assert [f.message for f in h.findings] == [f"the routed-experts variant changed (decode): {A} -> {C}"]
+    h = judge(_point("r1", 1, [(A, 1)]), _point("r2", 2, [(A, 1)], med=1.08e6))
+    assert len(h.findings) == 1 and h.findings[0].message.startswith("decode step +8.0% beyond noise")
+    assert judge(_point("r1", 1, [(A, 1)]), _point("r2", 2, [(A, 1)], med=1.04e6)).findings == []
+    from mmprof.errors import NoEvidence
+
+    with pytest.raises(NoEvidence, match="decode step \\+8.0% not judged: 1 step"):
+        judge(_point("r1", 1, [(A, 1)], steps=1), _point("r2", 2, [(A, 1)], med=1.08e6, steps=1))
+    wide = _point("r2", 2, [(A, 1)], med=1.08e6)
+    wide.steps["decode"].update(q25_ns=0.95 * 1.08e6, q75_ns=1.05 * 1.08e6)
+    h = judge(_point("r1", 1, [(A, 1)]), wide)
+    assert h.findings == [] and "within the noise band" in h.notes[0]

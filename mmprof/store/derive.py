@@ -21,7 +21,8 @@ import pandas as pd
 
 from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.timeline.breakdown import CATEGORIES, timeline
-from mmprof.analysis.timeline.events import TABLE_KERNELS, events_of
+from mmprof.analysis.timeline.columns import TABLE_KERNELS
+from mmprof.analysis.timeline.events import events_of
 from mmprof.errors import MmprofError
 from mmprof.labels import region_pattern
 

@@ -3,10 +3,13 @@ CI gate on the newest run against the one before it in its series.
 
 A series is the runs of one (model, engine, TP, batch): only those are compared. The gate fails (exit 1) when
 - the dominant kernel variant of a watched region changed ("the routed-experts variant changed: grouped_gemm /
-  grouped_mm (CUTLASS) -> gemm / nvjet_tst_64x8 (cuBLAS)"), or
+  grouped_mm (CUTLASS) -> gemm / nvjet_tst_64x8 (cuBLAS)") to one that did not run there before (under MIN_SHARE
+  of the region's time), or away from one that no longer runs there; two variants that both ran and traded
+  places are not a dispatch change, or
 - a phase's step time grew by more than the threshold AND beyond the noise: the noise band is the sum of both
   runs' interquartile spreads of their step times ((q75 - q25) / median), so a change the steps' own scatter
   explains never fails the gate ("decode step +7.1% beyond noise (band 2.3%, threshold 5%)").
+A phase with fewer than MIN_STEPS steps in either run is not judged (a note says so: one step has no spread).
 Without an earlier run in the series, or without step times to compare, the gate has no evidence: exit 2.
 """
 
@@ -24,6 +27,11 @@ WATCHED = {"layers.*.moe.routed": "routed-experts", "layers.*.moe.shared": "shar
            "layers.*.attn.core": "attention-core", "layers.*.attn.indexer": "indexer",
            "layers.*.moe.router": "router"}
 SERIES = ("model", "engine", "tp", "batch")
+# a variant "ran" in a region when it took at least this share of the region's time: a change of the dominant
+# variant between two that both ran (two kernels of similar time trading places) is not a dispatch change
+MIN_SHARE = 0.10
+# a phase's step time is judged only with at least this many steps in both runs (fewer give no spread to tell noise)
+MIN_STEPS = 3
 
 
 @dataclass
@@ -39,6 +47,7 @@ class RunPoint:
     steps: dict[str, dict[str, float]] = field(default_factory=dict)   # phase -> steps, median_ns, q25_ns, q75_ns
     regions: dict[str, list[tuple[str, float]]] = field(default_factory=dict)  # phase -> [(pattern, share)]
     variants: dict[str, dict[str, str]] = field(default_factory=dict)  # phase -> pattern -> dominant variant
+    ran: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # phase -> pattern -> variants >= MIN_SHARE
 
     @property
     def series(self) -> tuple:
@@ -120,11 +129,15 @@ def load_history(store: str | os.PathLike, phase: str | None = None, last: int |
         for run, ph, pat, share in regions:
             if phase is None or ph == phase:
                 points[run].regions.setdefault(ph, []).append((pat, float(share)))
-        for run, ph, pat, fam, var, lib in run_sql(con, """
-                SELECT run, phase, pattern, family, variant, library FROM variants
-                WHERE dominant AND run IN (SELECT run FROM chosen)""").rows:
+        for run, ph, pat, fam, var, lib, dom in run_sql(con, """
+                SELECT run, phase, pattern, family, variant, library, dominant FROM variants
+                WHERE (dominant OR share >= $min) AND run IN (SELECT run FROM chosen)
+                ORDER BY run, phase, pattern, time_ns DESC, family, variant""", {"min": MIN_SHARE}).rows:
             if pat in WATCHED and (phase is None or ph == phase):
-                points[run].variants.setdefault(ph, {})[pat] = f"{fam} / {var} ({lib})"
+                what = f"{fam} / {var} ({lib})"
+                if dom:
+                    points[run].variants.setdefault(ph, {})[pat] = what
+                points[run].ran.setdefault(ph, {}).setdefault(pat, []).append(what)
     finally:
         con.close()
     return History(store=str(store), phase=phase, runs=list(points.values()))
@@ -155,15 +168,21 @@ def gate(h: History, threshold: float = 0.05, baseline: str | None = None, candi
     for ph in sorted(set(base.variants) & set(cand.variants)):
         for pat, label in WATCHED.items():
             a, b = base.variants[ph].get(pat), cand.variants[ph].get(pat)
-            if a and b and a != b:
+            ran_a = base.ran.get(ph, {}).get(pat, [])
+            ran_b = cand.ran.get(ph, {}).get(pat, [])
+            if a and b and a != b and (b not in ran_a or a not in ran_b):
                 h.findings.append(Finding("variant", ph, f"the {label} variant changed ({ph}): {a} -> {b}"))
     compared = 0
     for ph in sorted(set(base.steps) & set(cand.steps)):
         a, b = base.steps[ph], cand.steps[ph]
         if a["median_ns"] <= 0:
             continue
-        compared += 1
         change = b["median_ns"] / a["median_ns"] - 1.0
+        if min(a["steps"], b["steps"]) < MIN_STEPS:
+            h.notes.append(f"{ph} step {change:+.1%} not judged: {min(a['steps'], b['steps'])} step(s) in a run, no "
+                           f"spread to tell noise by (at least {MIN_STEPS} needed)")
+            continue
+        compared += 1
         band = _spread(a) + _spread(b)
         if change > threshold and change > band:
             h.findings.append(Finding("step", ph, f"{ph} step {change:+.1%} beyond noise ({a['median_ns'] / 1e6:.3f} "
@@ -172,7 +191,8 @@ def gate(h: History, threshold: float = 0.05, baseline: str | None = None, candi
         elif change > threshold:
             h.notes.append(f"{ph} step {change:+.1%}, within the noise band {band:.1%}: not a regression")
     if not compared and not h.findings:
-        raise NoEvidence(f"runs {base.run} and {cand.run} share no phase with step times: nothing to judge")
+        why = "; ".join(h.notes) or "they share no phase with step times"
+        raise NoEvidence(f"runs {base.run} and {cand.run}: nothing to judge ({why})")
     return h
 
 
