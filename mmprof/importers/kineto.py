@@ -247,8 +247,10 @@ def _load_reference(path: Path, rank: int | None, many: bool) -> Profile:
 
 def _finish(b, trace, path: Path, r: int, dist: dict, warnings: list[str]) -> Profile:
     meta = km.build_meta(trace, path, r, dist, b, warnings)
-    b.builder.meta = meta
-    return b.builder.build()
+    builder = b.builder
+    builder.meta = meta
+    b.__dict__.clear()  # the linking arrays (lanes, joins, columns) go before the Profile is built beside them
+    return builder.build()
 
 
 def _rank_of(trace, path: Path, rank: int | None, many: bool, bad: int) -> tuple[int, dict, list[str]]:
