@@ -116,12 +116,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/mmprof-store"))
     ap.add_argument("--dask", action="store_true")
+    ap.add_argument("--reuse", action="store_true", help="query the store already in --dir (written by this script)")
     a = ap.parse_args()
-    if a.dir.exists():
-        shutil.rmtree(a.dir)
-    a.dir.mkdir(parents=True)
     t0 = time.perf_counter()
-    write_store(a.dir, a.runs, a.steps)
+    if not (a.reuse and a.dir.exists()):
+        if a.dir.exists():
+            shutil.rmtree(a.dir)
+        a.dir.mkdir(parents=True)
+        write_store(a.dir, a.runs, a.steps)
     res = {"benchmark": "store_scale", "runs": a.runs, "ranks": 8, "steps_per_rank": a.steps + 1,
            "write_s": round(time.perf_counter() - t0, 1),
            "files": sum(1 for _ in a.dir.rglob("*.parquet")),
