@@ -43,29 +43,12 @@ SETS = {"kernel": KERNEL_CATS, "runtime": RUNTIME_CATS, "op": OP_CATS, "ann": AN
         "memcpy": MEMCPY_CATS, "memset": MEMSET_CATS, "module": PY_CATS}
 
 
-class Dictionary:
+class Dictionary(ks.Codes):
     """Values (names, thread ids, shape texts) of the whole trace -> global codes; pieces' local codes remapped."""
 
-    def __init__(self) -> None:
-        self.ids: dict = {}
-        self.values: list = []
-
     def remap(self, local: list) -> np.ndarray:
-        ids, values = self.ids, self.values
-        out = np.empty(len(local) + 1, np.int32)
-        for i, v in enumerate(local):
-            try:
-                key = v
-                c = ids.get(key)
-            except TypeError:
-                key = ("\x00unhashable", str(v))
-                c = ids.get(key)
-            if c is None:
-                c = ids[key] = len(values)
-                values.append(v)
-            out[i] = c
-        out[-1] = -1  # local -1 (None) stays -1
-        return out
+        """Global codes of a piece's local values, indexed by local code; the last entry (local -1, None) is -1."""
+        return np.append(self.codes(local), np.int32(-1)).astype(np.int32)
 
 
 _EMPTY_COLUMNS = (("cat", np.int8), ("ts", np.float64), ("ts_none", bool), ("dur", np.float64), ("name", np.int32),
@@ -419,24 +402,8 @@ class ColumnRankImporter(RankImporter):
         dev = gt.c["device"] if gt.n else np.zeros(0, np.int64)
         stream = gt.c["stream"] if gt.n else np.zeros(0, np.int64)
         glane = self._lane_arrays(dev, stream, gpu=True)
-        self.gann = Lanes(glane, gstart, gstart + gdur)
         gnames = [x if x is not None else "None" for x in self._str_list(gt.c["name"])] if gt.n else []
-        self.gann_name, self.gann_path, self.gann_phase, self.gann_step = self._propagate(self.gann, gnames)
-        self.gstep_win, self.gphase_win = self._windows(gnames, gstart, gstart + gdur)
-        m = gt.n
-        c = self.builder.cols["scopes"]
-        sid = self.st.id
-        cat = lambda a, b: np.concatenate([np.asarray(a, np.int64), np.asarray(b, np.int64)])  # noqa: E731
-        c["rank"] = cat(c["rank"], np.full(m, self.rank))
-        c["tid"] = cat(c["tid"], np.full(m, -1))
-        c["device"] = cat(c["device"], dev)
-        c["stream"] = cat(c["stream"], stream)
-        c["start_ns"] = cat(c["start_ns"], gstart)
-        c["dur_ns"] = cat(c["dur_ns"], gdur)
-        c["name"] = cat(c["name"], self.gann_name)
-        c["source"] = cat(c["source"], np.full(m, sid("gpu_user_annotation")))
-        c["depth"] = cat(c["depth"], self.gann.depth)
-        c["parent"] = cat(c["parent"], np.where(self.gann.parent >= 0, self.gann.parent + off, -1))
+        self._gpu_scopes(glane, dev, stream, gstart, gdur, gnames, off)
 
     def _launches_t(self, t: Table) -> None:
         t, start, dur = self._timed_t(t, "runtime")

@@ -232,12 +232,16 @@ class RankImporter:
         dev = int_array([a.device if a.device is not None else e.pid for a, e in zip(gargs, gevs)])
         stream = int_array([a.stream if a.stream is not None else e.tid for a, e in zip(gargs, gevs)])
         glane = self._lane([("gpu", d) for d in dev.tolist()], stream.tolist())
-        self.gann = Lanes(glane, gstart, gstart + gdur)
         gnames = [e.name if isinstance(e.name, str) else str(e.name) for e in gevs]
+        self._gpu_scopes(glane, dev, stream, gstart, gdur, gnames, n)
+
+    def _gpu_scopes(self, glane, dev, stream, gstart, gdur, gnames: list[str], off: int) -> None:
+        """The GPU-side annotations (lanes are (device, stream)) after the `off` CPU ones in the scopes table."""
+        self.gann = Lanes(glane, gstart, gstart + gdur)
         self.gann_name, self.gann_path, self.gann_phase, self.gann_step = self._propagate(self.gann, gnames)
         self.gstep_win, self.gphase_win = self._windows(gnames, gstart, gstart + gdur)
-        off = n
-        m = len(gevs)
+        c = self.builder.cols["scopes"]
+        m = len(gstart)
         cat = lambda a, b: np.concatenate([np.asarray(a, np.int64), np.asarray(b, np.int64)])  # noqa: E731
         c["rank"] = cat(c["rank"], np.full(m, self.rank))
         c["tid"] = cat(c["tid"], np.full(m, -1))
@@ -246,7 +250,7 @@ class RankImporter:
         c["start_ns"] = cat(c["start_ns"], gstart)
         c["dur_ns"] = cat(c["dur_ns"], gdur)
         c["name"] = cat(c["name"], self.gann_name)
-        c["source"] = cat(c["source"], np.full(m, sid("gpu_user_annotation")))
+        c["source"] = cat(c["source"], np.full(m, self.st.id("gpu_user_annotation")))
         c["depth"] = cat(c["depth"], self.gann.depth)
         c["parent"] = cat(c["parent"], np.where(self.gann.parent >= 0, self.gann.parent + off, -1))
 
