@@ -528,22 +528,6 @@ class ColumnRankImporter(RankImporter):
 
 
 # -- reading ----------------------------------------------------------------------------------------------
-def decode_jobs(path: Path) -> int:
-    """Worker processes decoding one file's pieces: MMPROF_DECODE_JOBS, else the usable cores when the JSON is
-    at least kineto.PARALLEL_MIN_BYTES (a pool costs 1-2.5 s to start here), else none (this process)."""
-    from mmprof.importers.kineto import PARALLEL_MIN_BYTES, free_cores, json_bytes
-
-    env = os.environ.get("MMPROF_DECODE_JOBS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            from mmprof.errors import BadInput
-
-            raise BadInput(f"MMPROF_DECODE_JOBS={env!r} is not a number of processes") from None
-    return free_cores() if json_bytes(path) >= PARALLEL_MIN_BYTES and free_cores() > 1 else 1
-
-
 def gather(path: Path, watch, jobs: int) -> tuple[str, Any, Gathered | bytes]:
     """Read and decode the file: ('ok', header Trace, Gathered) or ('fallback', None, b'') when its shape is not
     the streamable one (the caller reads it whole)."""

@@ -80,7 +80,20 @@ def free_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def decode_jobs(path: Path) -> int:
+    """Worker processes decoding one file's pieces: MMPROF_DECODE_JOBS, else the usable cores when the JSON is
+    at least kineto.PARALLEL_MIN_BYTES (a pool costs 1-2.5 s to start here), else none (this process)."""
+    env = os.environ.get("MMPROF_DECODE_JOBS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise BadInput(f"MMPROF_DECODE_JOBS={env!r} is not a number of processes") from None
+    return free_cores() if json_bytes(path) >= PARALLEL_MIN_BYTES and free_cores() > 1 else 1
+
+
 def _load_in_worker(path: str) -> Profile:
+    os.environ["MMPROF_DECODE_JOBS"] = "1"  # a file per worker already: its pieces decode in the worker itself
     return load_one(path, many=True)
 
 
@@ -212,7 +225,7 @@ def _load_one(path: Path, rank: int | None, many: bool) -> Profile:
     """The streaming import (`_kineto_columns`), or with MMPROF_KINETO_REFERENCE=1 (and for documents the
     streaming reader does not fit) the Struct path: the whole document decoded, one Struct per event."""
     if os.environ.get("MMPROF_KINETO_REFERENCE") != "1":
-        from mmprof.importers._kineto_columns import ColumnRankImporter, decode_jobs, gather
+        from mmprof.importers._kineto_columns import ColumnRankImporter, gather
 
         status, trace, g = gather(path, _EventCounter(str(path), gzip_size(path)), decode_jobs(path))
         if status == "ok":
