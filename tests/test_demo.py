@@ -44,7 +44,7 @@ def test_verify_fastpath_fails_before_and_passes_after(demo_result):
     before, after = demo_result.step("verify:before"), demo_result.step("verify:after")
     assert before.status == "violations" and before.exit_code == 1
     failed = {r["id"] for r in before.data["results"] if r["status"] == "fail"}
-    assert {"shared-expert-separate", "block-selection-recomputed"} <= failed
+    assert {"shared-expert-fused", "block-selection-reused"} <= failed
     assert any("loop" in r["message"] for r in before.data["results"] if r["status"] == "fail")
     assert after.status == "ok" and after.exit_code == 0 and after.data["status"] == "pass"
 
@@ -73,7 +73,7 @@ def test_render_tells_the_story(demo_result, capsys):
     assert "loop / separate / K=1" in flat and "grouped / fused / K=4" in flat
     assert "speed-up after/before" in flat
     assert "before: FAIL (exit 1)" in flat and "after: PASS (exit 0)" in flat
-    assert "FP001 shared-expert-separate" in flat and "FP002 block-selection-recomputed" in flat
+    assert "FP001 shared-expert-fused" in flat and "FP002 block-selection-reused" in flat
     assert "verdict (from the profiled runs):" in flat and "kernel paths that changed" in flat
     assert "reuse" in flat and "SH001" in flat
     assert demo_result.runs["before"]["profile"] in flat.replace(" ", "") or "before.json.gz" in flat

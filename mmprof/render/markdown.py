@@ -98,9 +98,12 @@ CHECKS_HEADER = """# Check codes
 Stable codes in the style of ruff's registry: `FP` for fast-path checks and assertion kinds, `SH` for shape
 findings. `mmprof/rules/checks.toml` is the machine-readable source; `mmprof rules` lists them (`--json`, or
 `mmprof rules CODE` for one) and this section is generated from it (`mmprof rules --markdown`); a test keeps
-the two in sync. FP000-FP004 run as built-in checks (select them with `checks = [...]` in a spec); FP003-FP006
-are also the codes spec assertions report under (`require` / `dispatch` -> FP003, `forbid` -> FP004,
-`max_launches` -> FP005, `forbid_pattern` -> FP006). SH codes are the findings of `mmprof shapes`.
+the two in sync. Each code is one check, named after what a pass means. FP000-FP004 run as built-in checks
+(select them with `checks = [...]` in a spec); FP005-FP009 are the codes spec assertions report under
+(`max_launches` -> FP005, `forbid_pattern` -> FP006, `require` -> FP007, `dispatch` -> FP008, `forbid` ->
+FP009). SH codes are the findings of `mmprof shapes`. **Evidence** says what a check needs to pass: without it a
+check is NO EVIDENCE or NOT APPLICABLE, never a pass. **Formerly** records a renamed check or a code that took
+over part of another's meaning (docs/fastpath.md, "Migration").
 """
 
 
@@ -110,5 +113,7 @@ def checks_markdown(checks) -> str:
     for c in checks:
         parts.append(f"## {c.code} {c.name}\n\nStatus: {c.status}; severity: {c.severity}.\n\n{c.summary}\n\n"
                      f"**What it does.** {c.what}\n\n**Why is this bad?** {c.why}\n\n**Example.** {c.example}\n\n"
-                     f"**Known problems.** {c.known_problems}\n")
+                     f"**Known problems.** {c.known_problems}\n"
+                     + (f"\n**Evidence.** {c.evidence}\n" if c.evidence else "")
+                     + (f"\n**Formerly.** {c.formerly}\n" if c.formerly and c.formerly != "-" else ""))
     return "\n".join(parts)
