@@ -326,7 +326,7 @@ def _fp003_kernels(ctx: Context) -> Verdict:
     """Per region (layer index as *), phase and family: kernels the rules mark fast or fallback. A family that ran
     on the fallback path there (alone, or beside its fast path) is a fast path missing."""
     ev = ctx.events
-    judged = "kernel classes: the rules' fast / fallback path per region (no dispatch log)"
+    judged = "kernel classes (fast / fallback per region; no dispatch log)"
     if not len(ev):
         return "no_evidence", "no device events and no dispatch log", [], {"judged_from": judged}
     cls = ev[ev["path"].isin(["fast", "fallback"]).to_numpy(dtype=bool)]
@@ -344,7 +344,7 @@ def _fp003_kernels(ctx: Context) -> Verdict:
             fast = g[g["path"] == "fast"]
             bad.append((where, fam, fb, len(fast)))
         else:
-            good.append(f"{where}: {fam}")
+            good.append((rp, fam, ph))
     data = {"judged_from": judged, "groups": len(good) + len(bad), "fallback_groups": len(bad)}
     if bad:
         evid = []
@@ -354,18 +354,25 @@ def _fp003_kernels(ctx: Context) -> Verdict:
             evid += top_kernels(fb, 2)
         return ("fail", f"a fallback path ran in place of the fast one in {len(bad)} of {len(good) + len(bad)} "
                 "region / phase / family groups", evid, data)
+    listed: dict[str, set[str]] = {}
+    for rp, fam, _ in good:
+        listed.setdefault(rp, set()).add(str(fam))
+    order = sorted(listed, key=lambda r: (not r.startswith("layers."), r))
+    lines = [f"{rp}: {', '.join(sorted(listed[rp]))} on the fast path" for rp in order]
+    phases = sorted({ph for _, _, ph in good if ph != "-"})
     return ("pass", f"only fast-path kernels ran in all {len(good)} region / phase / family groups the rules classify "
-            f"({len(cls)} of {len(ev)} events are marked fast or fallback; the rest are neutral)", good[:MAX_LISTED], data)
+            f"({len(cls)} of {len(ev)} events are marked fast or fallback, the rest neutral"
+            + (f"; phases {', '.join(phases)}" if phases else "") + ")", lines[:MAX_LISTED], data)
 
 
-MAX_LISTED = 8
+MAX_LISTED = 12
 
 
 @check("FP004")
 def fp004(ctx: Context) -> Verdict:
     """Events classified as a fallback path."""
     ev = ctx.events
-    judged = "kernel classes: the rules' path of every event"
+    judged = "kernel classes (every event's path)"
     if not len(ev):
         return "no_evidence", "no device events", [], {"judged_from": judged}
     fb = ev[ev["path"] == "fallback"]
