@@ -12,7 +12,7 @@ import pytest
 
 from mmprof.analysis.shapes.engines import engine_of
 from mmprof.analysis.shapes.layouts import layout_shapes, load_layouts, parse_switches, resolve
-from mmprof.analysis.shapes.parallel import check_tp, trace_tp
+from mmprof.analysis.shapes.trace_tp import check_tp, trace_tp
 from mmprof.capture.workflows.shapes import analytic_shapes, profile_shapes, resolve_model
 from mmprof.errors import BadInput
 from mmprof.importers import import_paths

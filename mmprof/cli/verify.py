@@ -15,7 +15,7 @@ from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.attribution.classify import load_rules
 from mmprof.capture.workflows.run_options import validate
 from mmprof.analysis.shapes.engines import engine_of
-from mmprof.analysis.shapes.parallel import check_tp
+from mmprof.analysis.shapes.trace_tp import check_tp
 from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, junit_on_error, load_any, write_text
 from mmprof.cli._options import model_options, run_options, shape_regions, workload_options
 from mmprof.analysis.shapes.shape_match import match_profile

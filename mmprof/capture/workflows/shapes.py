@@ -22,7 +22,7 @@ from mmprof.analysis.checks.shapes_observed import calls_from_profile, compare_c
 from mmprof.analysis.checks.shapes_traced import traced_findings
 from mmprof.analysis.shapes.engines import engine_of
 from mmprof.analysis.shapes.layouts import layout_shapes, parse_switches, resolve
-from mmprof.analysis.shapes.parallel import check_tp
+from mmprof.analysis.shapes.trace_tp import check_tp
 from mmprof.analysis.shapes.shape_match import match_profile, profile_tp
 from mmprof.capture.workflows.shapes_live import capture_live
 from mmprof.errors import BadInput, NoEvidence
