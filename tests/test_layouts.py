@@ -217,3 +217,33 @@ def test_unknown_engine_names_the_nearest():
     assert {x.engine for x in load_layouts().values()} >= {"runtime", "vllm", "sglang", "transformers"}
     for lay in load_layouts().values():  # every layout says which code it was read from
         assert lay.source and lay.description
+
+
+def test_vllm_deepseek_mla_and_qwen2_shared_gate_layouts():
+    """vLLM deepseek_v2.py (DeepSeek V3 config of tests/data/hf_moe: 4 q heads, q_lora 32, kv_lora 16, rope 8,
+    nope 16, v 16, hidden 64) at TP 2: DeepSeekV2FusedQkvAProjLinear [q_a | kv_a | rope] replicated (disable_tp):
+    N = 32 + 16 + 8 = 56; q_b_proj ColumnParallel N = 2 heads x 24; kv_b_proj N = 2 x (16 + 16); o_proj K = 2 x 16;
+    decode absorbs kv_b into W_UK / W_UV, one bmm over the 2 local heads each; DeepseekV2MLP shared expert sharded.
+    qwen2_moe.py: shared_expert_gate is a ReplicatedLinear(hidden, 1), beside the TP-sharded shared expert."""
+    ds = layout_shapes(ModelSpec.load(data_file("hf_moe", "configs", "dsv3.json")), resolve("vllm-cuda"), 2)
+    g = _gemms(ds, 0, "full/moe")
+    assert g["attn.qkv.fused_qkv_a"][:2] == (56, 64) and g["attn.qkv.q_b"][:2] == (48, 32)
+    assert g["attn.qkv.kv_b"][:2] == (64, 16) and g["attn.o_proj"][:2] == (64, 32)
+    assert g["attn.core.w_uk"] == (16, 16, 2, 2) and g["attn.core.w_uv"] == (16, 16, 2, 2)
+    assert g["moe.shared.gate_up"][:2] == (32, 64)  # 2 x moe_intermediate 32 x 1 shared expert / TP 2
+    hf = layout_shapes(ModelSpec.load(data_file("hf_moe", "configs", "dsv3.json")), resolve("transformers"), 1)
+    assert "attn.qkv.q_a" in _gemms(hf, 0, "full/moe") and "attn.core.w_uk" not in _gemms(hf, 0, "full/moe")
+    qw = layout_shapes(ModelSpec.load(data_file("vllm_own", "qwen2moe_config.json")), resolve("vllm-cuda"), 2)
+    gq = _gemms(qw, 0)
+    assert gq["moe.shared.expert_gate"][:2] == (1, qw.config["hidden_size"]) and "moe.shared.gate_up" in gq
+    assert _weights(qw, 0, qw.ranks[0].kinds[0].kind)["mlp.shared_expert.gate_up_proj.weight"]
+
+
+@pytest.mark.parametrize("cfg", ["dsv3", "dsv32", "gptoss", "m3", "mixtral", "qwen3moe"])
+def test_every_family_lays_out_in_every_engine(cfg):
+    spec = ModelSpec.load(data_file("hf_moe", "configs", f"{cfg}.json"))
+    for lay in load_layouts().values():
+        for tp, ep in ((1, 1), (2, 1), (2, 2)):
+            res = layout_shapes(spec, lay, tp, ep)
+            assert len(res.ranks) == tp and all(k.gemms for r in res.ranks for k in r.kinds)
+            assert sum(len(k.layers) for k in res.ranks[0].kinds) == spec.n_layers

@@ -102,10 +102,13 @@ def _subject_missing(a: Assertion, ctx: Context) -> CheckResult | None:
 
 def _combine(a: Assertion, parts: dict[str, CheckResult], ctx: Context) -> CheckResult:
     """One verdict from the per-phase ones: a failure in any phase fails (the phase named first), a pass needs a
-    pass in at least one phase, the rest is said; all without evidence stays without evidence."""
+    pass in at least one phase (for `require`, in every phase that is not N/A: a phase without evidence makes it
+    no evidence), the rest is said; all without evidence stays without evidence."""
     st = {p: r.status for p, r in parts.items()}
     status = "fail" if "fail" in st.values() else "pass" if "pass" in st.values() else \
         "not_applicable" if set(st.values()) == {"not_applicable"} else "no_evidence"
+    if status == "pass" and a.kind == "require" and "no_evidence" in st.values():
+        status = "no_evidence"  # a required fast path must cover every phase: one it cannot see is not covered
     order = sorted(parts, key=lambda p: (st[p] != "fail", list(parts).index(p)))
     msg = "; ".join(f"{p}: {parts[p].message}" for p in order)
     evidence = [f"{p}: {e}" for p in order for e in parts[p].evidence]
