@@ -7,18 +7,13 @@ import json
 
 import pytest
 
-from mmprof.cli import main
-from tests.conftest import data_file
+from tests.conftest import data_file, run_main
 
 VLLM = str(data_file("samples", "vllm", "m3_eager_b8.pt.trace.json.xz"))
 M3_TINY = str(data_file("samples", "vllm", "config", "m3_tiny_config.json"))
 
 
-def run(args, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(args)
-    cap = capsys.readouterr()
-    return e.value.code, cap.out, cap.err
+run = run_main
 
 
 def test_verify_fastpath_writes_markdown_and_html(tmp_path, capsys):

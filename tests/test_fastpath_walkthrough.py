@@ -10,10 +10,7 @@ import json
 import re
 import shlex
 
-import pytest
-
-from mmprof.cli import main
-from tests.conftest import ROOT, SHARED_SAMPLES
+from tests.conftest import ROOT, SHARED_SAMPLES, run_main
 
 DOC = ROOT / "docs" / "fastpath.md"
 
@@ -61,11 +58,9 @@ def test_the_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
             continue
         _, cmds, expected = step
         for argv, code in cmds:
-            with pytest.raises(SystemExit) as e:
-                main(argv)
-            cap = capsys.readouterr()
-            out = cap.out + cap.err
-            assert e.value.code == code, (argv, out[-2000:])
+            rc, so, se = run_main(argv, capsys)
+            out = so + se
+            assert rc == code, (argv, out[-2000:])
             for line in expected:
                 assert line.strip() in out, (argv, line, out[-2000:])
 
@@ -82,10 +77,9 @@ def test_the_minimal_spec_covers_every_step_and_names_its_evidence(tmp_path, mon
     if full.exists():
         traces.append(full)
     for trace in traces:
-        with pytest.raises(SystemExit) as e:
-            main(["verify-fastpath", str(trace), "--spec", str(path), "--json"])
-        doc = json.loads(capsys.readouterr().out)
-        assert e.value.code == 0
+        rc, out, _ = run_main(["verify-fastpath", str(trace), "--spec", str(path), "--json"], capsys)
+        doc = json.loads(out)
+        assert rc == 0
         r = next(x for x in doc["results"] if x["id"] == "moe-grouped")
         assert r["judged_from"] == "regions from module events; kernel classes"
         for ph, d in r["data"]["phases"].items():

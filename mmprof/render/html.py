@@ -224,7 +224,8 @@ def shapes_html(res) -> str:
             body.append("<ul>" + "".join(f"<li>rank {e(u['rank'])} <code>{e(u['scope'])}</code>: {e(u['why'])}</li>"
                                          for u in res.comparison.unmatched[:20]) + "</ul>")
     body.append("<h2>Findings</h2>" + (_table(["code", "severity", "finding", "detail"],
-                                              [[e(f.code), e(f.severity), e(f.title), e(f.message)] for f in res.findings])
+                                              [[e(f.code), e(f.severity), e(f.title), e(f.message)]
+                                               for f in res.findings])
                                        if res.findings else "<p>no findings</p>"))
     body += [f'<p class="note">note: {e(n)}</p>' for n in res.notes]
     return _page(title, body)

@@ -104,7 +104,8 @@ def verify_markdown(result, verbose: bool = False) -> str:
     evidence it was judged from, then what ran per region."""
     c = result.counts()
     lines = [f"### mmprof verify-fastpath: {_VERDICT[result.exit_code]}", "",
-             f"spec `{md_escape(result.spec_id)}` ({md_escape(result.spec_source)}) on {md_escape(result.profile or '-')}: "
+             f"spec `{md_escape(result.spec_id)}` ({md_escape(result.spec_source)}) on "
+             f"{md_escape(result.profile or '-')}: "
              f"{c['pass']} passed, {c['fail']} failed, {c['no_evidence']} without evidence, "
              f"{c['not_applicable']} not applicable; {result.events:,} events, {result.attributed:,} in regions", ""]
     lines += [f"> ⚠ {md_escape(w)}" for w in result.warnings] + ([""] if result.warnings else [])
@@ -119,7 +120,8 @@ def verify_markdown(result, verbose: bool = False) -> str:
         lines += ["", "<details><summary>what ran per region</summary>", ""]
         lines += _table(["region (layers)", "family / variant", "library", "count", "ms", "share"], [
             [md_escape(f"{g.region} ({g.layers})" if g.layers else g.region),
-             md_escape(f"{v['family']} / {_short(str(v['variant']), 50)}") + (" (fallback)" if v["path"] == "fallback" else ""),
+             md_escape(f"{v['family']} / {_short(str(v['variant']), 50)}")
+             + (" (fallback)" if v["path"] == "fallback" else ""),
              md_escape(v["library"]), f"{v['count']:,}", fmt_ms(v["time_ns"]), f"{100 * v['share']:.0f}%"]
             for g in result.regions for v in g.variants[:3]])
         lines += ["", "</details>"]
@@ -137,11 +139,13 @@ def shapes_markdown(res) -> str:
     line = comparison_line(res)
     if line:
         lines += [md_escape(line), ""]
-        lines += [f"- rank {u['rank']} `{md_escape(u['scope'])}`: {md_escape(u['why'])}" for u in res.comparison.unmatched[:8]]
+        lines += [f"- rank {u['rank']} `{md_escape(u['scope'])}`: {md_escape(u['why'])}"
+                  for u in res.comparison.unmatched[:8]]
         lines += [""] if res.comparison.unmatched else []
     if res.findings:
         lines += _table(["code", "severity", "finding", "detail"],
-                        [[f.code, f.severity, md_escape(f.title), md_escape(_short(f.message, 300))] for f in res.findings])
+                        [[f.code, f.severity, md_escape(f.title), md_escape(_short(f.message, 300))]
+                         for f in res.findings])
     else:
         lines.append("no findings")
     lines += [""] + [f"> {md_escape(n)}" for n in res.notes]

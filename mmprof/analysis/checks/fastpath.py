@@ -100,7 +100,8 @@ def fp001(ctx: Context) -> Verdict:
         gemms = shared[shared["family"].isin(["gemm", "grouped_gemm"])]
         per = gemms.groupby(["rank", "step", "layer"]).size()
         evidence.append(f"{len(shared)} events ({fmt_ns(shared['dur_ns'].sum())}) under layers.*.moe.shared in "
-                        f"layers {fmt_ranges(shared['layer'])}; {int(per.max()) if len(per) else 0} GEMMs per layer-step")
+                        f"layers {fmt_ranges(shared['layer'])}; {int(per.max()) if len(per) else 0} GEMMs per "
+                        "layer-step")
         evidence += top_kernels(shared, 4)
     elif len(moe) and not len(rows):
         has, src = model_has(ctx, "shared_expert")
@@ -146,7 +147,8 @@ def _fused_slot(ctx: Context, moe: Any) -> str | None:
         if len(ns) != 1:
             return None
         experts, src = ns.pop(), "the router GEMM's N"
-    routed = moe[(moe["role"] == "moe.routed").to_numpy(dtype=bool) & (moe["family"] == "grouped_gemm").to_numpy(dtype=bool)]
+    routed = moe[(moe["role"] == "moe.routed").to_numpy(dtype=bool)
+                 & (moe["family"] == "grouped_gemm").to_numpy(dtype=bool)]
     groups = {c[3] for c in (_mnkg(o, d) for o, d in zip(routed["op_name"], routed["op_dims"])) if c and c[3] > 1}
     if len(groups) != 1:
         return None
@@ -380,6 +382,7 @@ def fp004(ctx: Context) -> Verdict:
         regions = fb["region"].dropna().astype(str).str.replace(r"^layers\.\d+\.", "layers.*.", regex=True).unique()
         return ("fail", f"{len(fb)} fallback events ({fmt_ns(fb['dur_ns'].sum())}) in "
                 f"{', '.join(sorted(regions)) or 'unattributed code'}", top_kernels(fb),
-                {"events": int(len(fb)), "rules": sorted(map(str, fb["rule"].dropna().unique())), "judged_from": judged})
+                {"events": int(len(fb)), "rules": sorted(map(str, fb["rule"].dropna().unique())),
+                 "judged_from": judged})
     return ("pass", f"none of {len(ev)} events is classified as a fallback path", [],
             {"events": int(len(ev)), "judged_from": judged})

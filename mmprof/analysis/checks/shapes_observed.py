@@ -140,7 +140,8 @@ def compare_calls(calls: list[Call], res, source: str, tokens: dict[str, int] | 
         elif layer >= 0 and layer not in kinds:
             why = f"layer {layer} is outside the config's {cfg['n_layers']} layers"
         else:
-            why = _judge(c, role, rs, kinds.get(layer, ""), tokens, cfg["top_k"], batch, getattr(res, "layout", "runtime"))
+            why = _judge(c, role, rs, kinds.get(layer, ""), tokens, cfg["top_k"], batch,
+                         getattr(res, "layout", "runtime"))
         if why == UNJUDGED:
             unjudged += 1
         elif why is None:

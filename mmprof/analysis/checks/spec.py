@@ -153,7 +153,8 @@ class Assertion:
                 "region": list(self.region), "phase": self.phase,
                 "layers": sorted(self.layers) if self.layers is not None else None,
                 "selector": self.selector.describe(), "every_layer": self.every_layer,
-                "min_time_share": self.min_time_share, "min_step_share": self.min_step_share, "max": self.max, "pattern": self.pattern, "op": self.op,
+                "min_time_share": self.min_time_share, "min_step_share": self.min_step_share, "max": self.max,
+                "pattern": self.pattern, "op": self.op,
                 "impl": list(self.impl)}
 
 
@@ -210,7 +211,8 @@ def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
     a = Assertion(id=aid, kind=kind, code=str(raw.get("code") or KINDS[kind]), description=raw.get("description", ""),
                   region=region, phase=raw.get("phase"), layers=_parse_layers(raw.get("layers"), w), selector=sel,
                   every_layer=bool(raw.get("every_layer", True)), min_time_share=raw.get("min_time_share"),
-                  min_step_share=float(raw.get("min_step_share", 1.0)), max=raw.get("max"), pattern=raw.get("pattern"), op=raw.get("op"),
+                  min_step_share=float(raw.get("min_step_share", 1.0)), max=raw.get("max"),
+                  pattern=raw.get("pattern"), op=raw.get("op"),
                   impl=tuple(_as_list(raw.get("impl"), w, "impl")), within=tuple(_as_list(raw.get("within"), w, "within")))
     if a.phase not in (None, *PHASES):
         raise BadInput(f"{w}: phase {a.phase[:40]!r} is not a phase ({nearest_names(a.phase, PHASES)}; phases are "

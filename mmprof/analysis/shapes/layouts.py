@@ -370,13 +370,15 @@ def layout_shapes(spec: ModelSpec, layout: Layout, tp: int = 1, ep: int = 1, bat
         ranks.append(RankShapes(rank=r, plan=pl.to_dict(), kinds=ks, model_weights=model_w,
                                 model_gemms=[Gemm("lm_head", "lm_head", batch, vocab, spec.hidden_size, dtype=dtype,
                                                   weight=head)],
-                                weight_bytes=total, kv_bytes_per_token=sum(k.kv_bytes_per_token * len(k.layers) for k in ks),
+                                weight_bytes=total,
+                                kv_bytes_per_token=sum(k.kv_bytes_per_token * len(k.layers) for k in ks),
                                 index_bytes_per_token=sum(k.index_bytes_per_token * len(k.layers) for k in ks)))
     cfg = spec.to_dict()
     res = ShapesResult(model=spec.model_type or spec.family, tp=tp, ep=ep, dtype=dtype, workload=wl, ranks=ranks,
                        config=cfg, layout=layout.id)
     on = ", ".join(f"{k}={v}" for k, v in sw.items())
-    res.notes.append(f"{layout.id} layout ({layout.description}){f'; switches {on}' if on else ''}; from {layout.source}")
+    res.notes.append(f"{layout.id} layout ({layout.description}){f'; switches {on}' if on else ''}; "
+                     f"from {layout.source}")
     reuse = _plan(spec, layout, sw, tp, ep, 0).block_reuse
     sparse = spec.sparse_layers
     if reuse > 1 and sparse:
