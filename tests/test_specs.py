@@ -224,3 +224,16 @@ def test_unknown_regions_and_families_name_the_nearest():
         verify(p, _spec(REQUIRE.replace('"grouped_gemm"', '"grouped_gemn"')))
     with pytest.raises(BadInput, match="nearest: layers.*moe.routed"):
         verify(p, _spec(REQUIRE.replace("moe.routed", "moe.rooted")))
+
+
+def test_failing_seed_checks_say_what_the_engine_offers():
+    """On a vLLM CUDA trace FP001 and FP002 fail by vLLM's design (nvidia/model.py: SharedExperts, no index reuse):
+    the message says so and what to do; on ROCm it names the switch that fuses (amd/model.py)."""
+    from mmprof.analysis.shapes.engines import EngineGuess
+
+    p = import_paths([data_file(*VLLM_EAGER)])
+    res = _by_id(verify(p, _spec('[spec]\nchecks = ["FP001", "FP002"]\n'), engine=EngineGuess("vllm", "cuda", "")))
+    assert "no fused path exists there" in res["shared-expert-fused"].message
+    assert "no reuse exists there" in res["block-selection-reused"].message
+    rocm = _by_id(verify(p, _spec('[spec]\nchecks = ["FP001"]\n'), engine=EngineGuess("vllm", "rocm", "")))
+    assert "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1" in rocm["shared-expert-fused"].message

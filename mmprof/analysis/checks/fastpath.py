@@ -177,12 +177,25 @@ def _sources(ev: Any) -> str:
     return " and ".join(srcs) or "region labels"
 
 
-def _engine_hint(ctx: Context) -> str:
+def _engine_hint(ctx: Context, code: str = "FP001") -> str:
+    """What the engine that wrote the trace offers instead (rules/layouts.toml), for a failing FP001 / FP002."""
     eng = getattr(ctx, "engine", None)
-    if eng is not None and eng.engine == "vllm" and eng.platform == "cuda":
-        return (" (vLLM's CUDA path always runs it as its own MLP, SharedExperts via moe_forward_shared: no fused "
-                "path exists there; leave FP001 out of a vLLM CUDA spec)")
-    return ""
+    if eng is None or eng.engine not in ("vllm", "sglang"):
+        return ""
+    hints = {
+        ("FP001", "vllm", "cuda"): "vLLM's CUDA path always runs it as its own MLP, SharedExperts via "
+                                   "moe_forward_shared: no fused path exists there; leave FP001 out of a vLLM CUDA spec",
+        ("FP001", "vllm", "rocm"): "vLLM on ROCm fuses it with VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1 (not "
+                                   "under expert parallelism)",
+        ("FP001", "sglang", "cuda"): "SGLang fuses it unless --disable-shared-experts-fusion (or under DeepEP)",
+        ("FP001", "sglang", "rocm"): "SGLang fuses it unless --disable-shared-experts-fusion (or under DeepEP)",
+        ("FP002", "vllm", "cuda"): "vLLM's CUDA path computes the selection in every sparse layer: no reuse exists "
+                                   "there; leave FP002 out of a vLLM CUDA spec",
+        ("FP002", "vllm", "rocm"): "vLLM on ROCm reuses it with --hf-overrides use_index_cache=true, "
+                                   "index_topk_freq=K",
+    }
+    hint = hints.get((code, eng.engine, eng.platform))
+    return f" ({hint})" if hint else ""
 
 
 def _sparse_layers(ctx: Context) -> list[int] | int | None:
@@ -261,7 +274,7 @@ def fp002(ctx: Context) -> Verdict:
             evid = [f"rank {rank} step {step}: selection computed in layers {fmt_ranges(per_step[(rank, step)])}"
                     f"{f' of {n_sparse} sparse layers' if n_sparse else ''}; adjacent pairs {pairs[:6]}"]
             return ("fail", f"block selection recomputed on adjacent sparse layers in {len(bad)} of {len(per_step)} "
-                    f"steps (from the {judged})", evid, data)
+                    f"steps (from the {judged}){_engine_hint(ctx, 'FP002')}", evid, data)
         if not per_step:
             return "no_evidence", "no indexer calls found", [], data
         return ("pass", f"no two adjacent sparse layers computed the selection in any of {len(per_step)} steps "
