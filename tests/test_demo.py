@@ -45,7 +45,7 @@ def test_verify_fastpath_fails_before_and_passes_after(demo_result):
     before, after = demo_result.step("verify:before"), demo_result.step("verify:after")
     assert before.status == "violations" and before.exit_code == 1
     failed = {r["id"] for r in before.data["results"] if r["status"] == "fail"}
-    assert {"shared-expert-separate", "block-selection-recomputed"} <= failed
+    assert {"shared-expert-fused", "block-selection-reused"} <= failed
     assert any("loop" in r["message"] for r in before.data["results"] if r["status"] == "fail")
     assert after.status == "ok" and after.exit_code == 0 and after.data["status"] == "pass"
 
@@ -74,7 +74,7 @@ def test_render_tells_the_story(demo_result, capsys):
     assert "loop / separate / K=1" in flat and "grouped / fused / K=4" in flat
     assert "speed-up after/before" in flat
     assert "before: FAIL (exit 1)" in flat and "after: PASS (exit 0)" in flat
-    assert "FP001 shared-expert-separate" in flat and "FP002 block-selection-recomputed" in flat
+    assert "FP001 shared-expert-fused" in flat and "FP002 block-selection-reused" in flat
     # issue 31: which run is faster and on what evidence comes first, then the step line with its noise band
     assert re.search(r"(after is faster|before is faster|no measurable change|not decidable), by the ", flat)
     assert "step: median decode step" in flat and "kernel paths that changed" in flat

@@ -135,6 +135,17 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
+def _json_error(args: list[str], message: str, kind: str, code: int) -> None:
+    """A command asked for --json: its error as one JSON object on stdout too (cli/_common.echo_json_error)."""
+    from mmprof.cli._common import echo_json_error, wants_json  # only on an error path: start-up stays lean
+
+    if wants_json(args):
+        try:
+            echo_json_error(message, kind, code)
+        except OSError:
+            pass
+
+
 def _dispatch(args: list[str]) -> int:
     try:
         rc = _run(args)
@@ -142,6 +153,7 @@ def _dispatch(args: list[str]) -> int:
         if _DEBUG:
             raise
         _err(f"mmprof: error: {one_line(str(e))}")
+        _json_error(args, one_line(str(e)), type(e).__name__, e.exit_code)
         return e.exit_code
     except click.exceptions.Abort:
         _err("mmprof: aborted")
@@ -150,6 +162,7 @@ def _dispatch(args: list[str]) -> int:
         ctx = getattr(e, "ctx", None)
         where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         _err(f"mmprof: error: {one_line(e.format_message())}{where}")
+        _json_error(args, one_line(e.format_message()) + where, "UsageError", 2)
         return 2
     except click.ClickException as e:
         e.show()
@@ -182,6 +195,7 @@ def _dispatch(args: list[str]) -> int:
             raise
         _err(f"mmprof: internal error: {type(e).__name__}: {one_line(str(e))} "
              "(please report it; --debug shows the traceback)")
+        _json_error(args, f"internal error: {type(e).__name__}: {one_line(str(e))}", "InternalError", 2)
         return 2
     # ctx.exit(code) inside a command comes back here as its return value.
     return rc if isinstance(rc, int) else 0
