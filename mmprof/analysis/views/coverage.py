@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from mmprof.analysis.timeline.events import EventFrame
@@ -22,6 +23,8 @@ class Coverage:
     by_family: list[dict[str, Any]]
     by_library: list[dict[str, Any]]
     unclassified: list[dict[str, Any]]  # name, display_name, count, time_ns
+    by_evidence: list[dict[str, Any]] = field(default_factory=list)   # evidence, count, time_ns, share
+    disagreements: list[dict[str, Any]] = field(default_factory=list)  # name / op pairs whose families differ
 
     @property
     def unclassified_share(self) -> float:
@@ -30,7 +33,8 @@ class Coverage:
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "events": self.events, "total_ns": self.total_ns,
                 "unclassified_ns": self.unclassified_ns, "unclassified_share": self.unclassified_share,
-                "by_family": self.by_family, "by_library": self.by_library, "unclassified": self.unclassified}
+                "by_family": self.by_family, "by_library": self.by_library, "unclassified": self.unclassified,
+                "by_evidence": self.by_evidence, "disagreements": self.disagreements}
 
 
 def coverage(frame: EventFrame) -> Coverage:
@@ -49,7 +53,17 @@ def coverage(frame: EventFrame) -> Coverage:
 
     unc = df[df["rule"].isna()]
     ug = unc.groupby("name", sort=False)["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False)
+    by_ev: list[dict[str, Any]] = []
+    if frame.evidence is not None:
+        df["evidence"] = np.asarray(frame.evidence.astype(object))
+        df.loc[ev["kind"] == "memcpy", "evidence"] = "memcpy"
+        by_ev = group("evidence")
+        for r in by_ev:
+            r["evidence"] = "none" if r["evidence"] == "(none)" else r["evidence"]
+    stats = frame.evidence_stats
+    dis = [dict(d, display_name=display_name(d["name"] or "")) for d in (stats.disagreements if stats else [])]
     return Coverage(source=source, events=len(df), total_ns=total, unclassified_ns=int(unc["dur"].sum()),
                     by_family=group("family"), by_library=group("library"),
                     unclassified=[{"name": k, "display_name": display_name(k), "count": int(r["count"]),
-                                   "time_ns": int(r["sum"])} for k, r in ug.iterrows()])
+                                   "time_ns": int(r["sum"])} for k, r in ug.iterrows()],
+                    by_evidence=by_ev, disagreements=dis)

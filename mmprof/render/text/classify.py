@@ -19,6 +19,18 @@ def render_coverage(cov: Coverage, con, top: int = 25, show_unclassified: bool =
     con.print(f"{cov.events:,} {what}, {cov.total_ns / 1e6:,.3f} ms; unclassified: "
               f"[{'red' if cov.unclassified_share > 0.05 else 'green'}]{100 * cov.unclassified_share:.2f}%[/] of time "
               f"({len(cov.unclassified)} names)")
+    if cov.by_evidence:
+        ev = ", ".join(f"{r['evidence']} {100 * r['share']:.1f}%" for r in cov.by_evidence)
+        con.print(cell(f"decided by (share of time): {ev}"))
+    if cov.disagreements:
+        n = sum(d["events"] for d in cov.disagreements)
+        con.print(f"[yellow]name and launching op disagree[/] on {n:,} kernels ({len(cov.disagreements)} pairs; "
+                  "the name decided):")
+        cols = [Col("kernel", name=True, keep=10, min=20), Col("name says", keep=8, min=8),
+                Col("op", keep=6, fold=True, min=10), Col("op says", keep=8, min=8), Col("ms", "right", keep=9)]
+        cells = [[d["name"] or "", d["name_family"], d["op"] or "", d["op_family"], f"{d['time_ns'] / 1e6:,.3f}"]
+                 for d in cov.disagreements[:top]]
+        con.print(fit_table(con, cols, cells, title="disagreements"))
     for title, rows, key in (("by family", cov.by_family, "family"), ("by library", cov.by_library, "library")):
         cols = [Col(key, keep=10, fold=True, min=12), Col("count", "right", keep=6), Col("ms", "right", keep=9),
                 Col("share", "right", keep=8)]
@@ -41,6 +53,10 @@ def render_lookups(rows: list[dict[str, Any]], con) -> None:
             con.print(Padding(cell(f"display name: {r['display_name']}"), (0, 0, 0, 2)))
         con.print(Padding(cell(f"-> family={r['family']} variant={r['variant']} library={r['library']} "
                                f"path={r['path']} rule={r['rule'] or '(unclassified)'}"), (0, 0, 0, 2)))
+        why = f"evidence={r.get('evidence') or 'none'}: {r.get('reason') or ''}"
+        if r.get("path_reason"):
+            why += f"; path: {r['path_reason']}"
+        con.print(Padding(cell(why), (0, 0, 0, 2)))
 
 
 def render_kernel_rules(rules, con) -> None:
