@@ -226,7 +226,7 @@ def _evidence(b: FrameBuild) -> None:
     b.write("evidence_stats", stats)
     if stats.disagreements:
         b.notes.append(f"kernel identity: {stats.disagreeing_events:,} kernels ({len(stats.disagreements)} name / op "
-                       "pairs) whose name and launching op say different families; the name decided "
+                       "pairs) whose name and launching op disagree on the family; the name decided "
                        "(mmprof classify lists them)")
 
 
