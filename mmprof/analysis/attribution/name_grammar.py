@@ -190,6 +190,23 @@ def _split_function(q: str) -> tuple[list[str], str, str]:
     return ns, names[-1] if names else q, " ".join(tmpl)
 
 
+def _head(text: str) -> str:
+    """The qualified function name (with its template arguments as far as they go) of a signature cut short: the
+    first top-level word that is followed by `<` or `(`, after a return type such as `void`."""
+    depth, start = 0, 0
+    for i, c in enumerate(text):
+        if c in "<([":
+            if depth == 0 and i > start and text[start:i].strip() not in ("", "void"):
+                word = text[start:i].strip().split(" ")[-1]
+                return word + text[i:]
+            depth += 1
+        elif c in ">)]":
+            depth = max(depth - 1, 0)
+        elif c == " " and depth == 0:
+            start = i + 1
+    return text.strip().split(" ")[-1]
+
+
 def _features(fn_tokens: tuple[str, ...], template: str) -> tuple[str, ...]:
     """Variant words: tile shapes, architecture tags, dtypes (of the name, else of its template arguments),
     split-K / stream-K; at most 6, in the order they appear."""
@@ -212,7 +229,7 @@ def _features(fn_tokens: tuple[str, ...], template: str) -> tuple[str, ...]:
 @lru_cache(maxsize=1 << 16)
 def parse(name: str) -> ParsedName:
     """The parts of a kernel (or CPU-op) name; never raises. Cached per name."""
-    raw = (name or "").strip()[:4096]
+    raw = (name or "").strip()[:32768]
     text = demangle(raw).replace("<unnamed>", "(anonymous namespace)")
     text = text.removesuffix(".kd")
     mangled = text.lstrip("_").startswith("Z") and ("_Z" in text[:3] or text.startswith("Z"))
@@ -221,6 +238,8 @@ def parse(name: str) -> ParsedName:
         if not comps:
             comps = [text]
         ns, func = comps[:-1], comps[-1]
+    elif text.count("<") != text.count(">") or text.count("(") != text.count(")"):
+        ns, func, tmpl = _split_function(_head(text))   # cut by the profiler: read from the front
     else:
         q = qualified_name(text) if ("(" in text or "<" in text or " " in text) else text
         if q is None:  # not a signature: its words before the first parenthesis (`Memcpy HtoD (...)`)

@@ -23,8 +23,9 @@ RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
 TOKENS_FILE = RULES_DIR / "kernel_tokens.toml"
 LIBRARIES_FILE = RULES_DIR / "kernel_libraries.toml"
 LEVELS = ("function", "template", "namespace")
+_MOE_WORDS = frozenset({"moe", "experts", "expert", "fusedmoe"})
 _FAMILY_KEYS = {"id", "family", "variant", "words", "patterns", "all", "unless", "levels", "container", "functions",
-                "description", "sources"}
+                "weak", "description", "sources"}
 _PATH_KEYS = {"id", "path", "words", "reason", "sources"}
 _LIB_KEYS = {"id", "library", "platform", "namespaces", "prefixes", "patterns", "description", "sources"}
 
@@ -43,6 +44,7 @@ class WordRule:
     functions: frozenset[str]
     description: str
     sources: tuple[str, ...]
+    weak: bool = False
 
     def hit(self, comp: frozenset[str], toks: tuple[str, ...]) -> str | None:
         """The word that makes this rule match these words (a word, a compound or a token a pattern matches)."""
@@ -132,11 +134,14 @@ class Vocabulary:
         if not toks:
             return None
         comp = compounds(toks)
+        weak = None
         for r in rules:
             w = r.hit(comp, toks)
             if w is not None:
-                return r, w
-        return None
+                if not r.weak:
+                    return r, w
+                weak = weak or (r, w)
+        return weak
 
     def decide(self, p: ParsedName) -> Decision:
         container = None
@@ -144,10 +149,12 @@ class Vocabulary:
             if p.function in r.functions or (r.words and r.hit(compounds(p.fn_tokens), p.fn_tokens)):
                 container = r
                 break
+        weak_fn = None
         if container is None:
             hit = self._first(self._by_level["function"], p.fn_tokens)
-            if hit:
+            if hit and not hit[0].weak:
                 return self._decision(p, hit[0], "function", hit[1])
+            weak_fn = hit   # `unary_op_kernel<op_silu>`: the template's op may name the family
         # template arguments: any wrapped type of a loop abstraction or wrapper; otherwise only the ones that name an
         # operation (a functor, op, tag, kernel or function, not a shape or accessor type), and only when they
         # agree: `block_apply<MulFunctor, softmax_tag>` names two families and stays unknown
@@ -157,11 +164,14 @@ class Vocabulary:
                 continue
             hit = self._first(self._by_level["template"], toks)
             if hit:
-                if container is not None:
-                    return self._decision(p, hit[0], "template", hit[1])
                 found.append(hit)
-        if found and len({r.family for r, _ in found}) == 1:
-            return self._decision(p, found[0][0], "template", found[0][1])
+        strong = [h for h in found if not h[0].weak] or found
+        if container is not None and strong:
+            return self._decision(p, strong[0][0], "template", strong[0][1])
+        if strong and len({r.family for r, _ in strong}) == 1:
+            return self._decision(p, strong[0][0], "template", strong[0][1])
+        if weak_fn is not None:
+            return self._decision(p, weak_fn[0], "function", weak_fn[1])
         if container is not None and container.family != "unknown":
             return self._decision(p, container, "function", p.function)
         for comp, toks in zip(reversed(p.namespace), p.ns_tokens):
@@ -184,6 +194,11 @@ class Vocabulary:
     def _decision(self, p: ParsedName, r: WordRule, level: str, word: str) -> Decision:
         path, reason = self.path_of(p)
         variant = r.variant
+        if r.family == "gemm" and _MOE_WORDS & (compounds(p.fn_tokens) | {t for ts in p.ns_tokens for t in ts}):
+            # a GEMM of MoE experts (`moe_wna16_gemm`, `marlin_moe_wna16::Marlin`) is a grouped GEMM
+            r = WordRule("tokens.grouped_gemm.moe", "grouped_gemm", "moe_gemm", r.words, r.patterns, r.all,
+                         r.unless, r.levels, False, r.functions, "a GEMM whose name says MoE / experts", r.sources)
+            variant = r.variant
         if p.features:
             variant = f"{variant} {' '.join(p.features)}"
         return Decision(r.family, variant, r.id, level, word, path, reason)
@@ -257,7 +272,7 @@ def read_vocabulary(tokens_file: Path = TOKENS_FILE, libraries_file: Path = LIBR
         fams.append(WordRule(e["id"], e["family"], e.get("variant") or e["family"], words, pats, alls,
                              frozenset(w.lower() for w in _strings(e.get("unless"), where, "unless")),
                              frozenset(levels), bool(e.get("container", False)), funcs, e.get("description", ""),
-                             _strings(e.get("sources"), where, "sources")))
+                             _strings(e.get("sources"), where, "sources"), bool(e.get("weak", False))))
     for where, e in _entries(doc, "path", _PATH_KEYS, tokens_file):
         if e.get("path") not in ("fast", "fallback"):
             raise BadInput(f"{where}: `path` must be fast or fallback")
