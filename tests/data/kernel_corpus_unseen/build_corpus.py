@@ -31,6 +31,7 @@ SOURCES: dict[str, tuple[str, str, str, str, str, int]] = {
     "turbomind": ("turbomind.tsv", "wheel:lmdeploy-0.18.0:_turbomind.so", "TurboMind", "cuda", "heldout", 2),
     "lmdeploy": ("tri_lmdeploy.tsv", "wheel:lmdeploy-0.18.0", "LMDeploy", "any", "heldout", 1),
     "liger": ("tri_liger-kernel.tsv", "wheel:liger_kernel-0.8.5", "Liger-Kernel", "any", "heldout", 1),
+    "miopen": ("miopen.tsv", "repo:ROCm/MIOpen@2d1fd997a", "MIOpen", "rocm", "tune", 2),
 }
 
 _CUB = [(r"^cub::.*RadixSort", "sort", "neutral"), (r"^cub::.*(?:Scan|ReduceByKey|Reduce)\w*Kernel$", "reduction", "neutral"),
@@ -178,6 +179,30 @@ LABELS: dict[str, list[tuple[str, str | None, str]]] = {
     ],
 }
 
+# MIOpen (ROCm/MIOpen src/kernels: the kernel entry points of its .cl / .cpp / .s files, named as rocprof shows
+# them; MIT). Labelled by the source file each comes from (given in the row).
+LABELS["miopen"] = [
+    (r"^(?:Amp)?Adam\w*$|^Transformers\w*AdamW\w*$", "optimizer", "neutral"),            # MIOpenAdam.cpp
+    (r"Layernorm|LayerNorm|GroupNorm|BatchNorm|^miopenGcnAsmBN", "norm", "neutral"),     # MIOpenLayerNorm / BatchNorm*
+    (r"^Calculation\w*FwdContiguous$|^ExtremeFwdContiguous$|^Reduce\w*|^gridwise_generic_reduce",
+     "reduction", "neutral"),                                                          # MIOpenReduce*.cpp
+    (r"^Cat\d+FwdPacked$", "copy", "neutral"),                                          # MIOpenCat.cpp
+    (r"^Col2Im", "conv", "neutral"),                                                     # MIOpenCol2Im*.cl
+    (r"^DropoutKernel$", "elementwise", "neutral"),
+    (r"^GLU|^PReLU|^MIOpenActive", "activation", "neutral"),                            # MIOpenGLU / PReLU / Neuron
+    (r"GetItem|Getitem", "index", "neutral"),
+    (r"^KthvalueFwd$", "topk", "neutral"),
+    (r"^LSTM\w*HidUpdate$", "rnn", "neutral"),                                           # MIOpenRNNHiddenStateUpdate
+    (r"MarginLoss", "reduction", "neutral"),                                             # losses
+    (r"^Op\d?d?Tensor\w*$|^OpTensor\w*$|^SubTensorOpWith(?:Scalar|Transform)\w*$|^vector_add", "elementwise", "neutral"),
+    (r"^SubTensorOpWith(?:CastTensor|SubTensor)\w*$", "copy", "neutral"),
+    (r"^RoPE", "rope", "neutral"),
+    (r"^Softmax(?:Forward|Backward)$", "reduction", "neutral"),
+    (r"^UniversalTranspose$|^transpose_", "copy", "neutral"),
+    (r"^naive_conv_", "conv", "fallback"),       # gpu_reference_kernel/: the reference convolution beside the tuned ones
+    (r"^igemm_|^miopenConv|^miopenGcnAsmConv|^miopenSp3AsmConv|^MIOpenConvUni$|Winograd", "conv", "neutral"),
+    (r"^mloPoolingForwardNaive$", "pooling", "fallback"),   # MIOpenPoolingForwardNaive.cl: the naive pooling
+]
 # bnb_rocm shares the CUDA labels (csrc/kernels.hip is the HIP port of csrc/kernels.cu)
 LABELS["bnb_rocm"] = LABELS["bnb_cuda"]
 # the wrapped kernel of a cutlass::device_kernel / Kernel decides its label
