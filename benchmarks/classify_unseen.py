@@ -38,7 +38,7 @@ SOURCE_KEYS = (("trace:samples/vllm", "vllm-traces"), ("wheel:vllm-", "vllm"), (
                ("wheel:fbgemm_gpu_genai", "fbgemm_genai"), ("wheel:fbgemm_gpu", "fbgemm"),
                ("wheel:bitsandbytes", "bitsandbytes"), ("wheel:sglang", "sglang"),
                ("wheel:lmdeploy-0.18.0:_turbomind", "turbomind"), ("wheel:lmdeploy", "lmdeploy"),
-               ("wheel:liger", "liger"), ("wheel:torchao", "torchao"))
+               ("wheel:liger", "liger"), ("wheel:torchao", "torchao"), ("repo:ROCm/MIOpen", "miopen"))
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.xz", ".db", ".sqlite", ".csv", ".mmprof", ".mmprof.gz")
 
 

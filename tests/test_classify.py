@@ -154,7 +154,7 @@ KERNEL_SAMPLES = [
 
 
 @pytest.mark.parametrize("rel", KERNEL_SAMPLES)
-def test_unclassified_share_of_kernel_time_below_5_percent(rel):
+def test_unclassified_share_of_kernel_time_at_most_1_percent(rel):
     from mmprof.importers import import_paths
 
     p = import_paths([SAMPLES / rel])
@@ -162,7 +162,7 @@ def test_unclassified_share_of_kernel_time_below_5_percent(rel):
     cov = coverage(events_of(p))
     print(f"{rel}: {cov.events} kernels, unclassified {100 * cov.unclassified_share:.2f}% of time")
     assert cov.total_ns > 0
-    assert cov.unclassified_share < 0.05, cov.unclassified[:5]
+    assert cov.unclassified_share <= 0.01, cov.unclassified[:5]   # issue 30: <= 1% of kernel time unknown
 
 
 def test_samples_without_kernels_really_have_none():
