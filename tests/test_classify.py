@@ -66,7 +66,8 @@ def test_builtin_families_are_the_documented_set():
     ("Memcpy DtoD (Device -> Device)", "memcpy", None, "memcpy"),
     ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 2, 128, 1>(float*)", "copy", "PyTorch", "copy"),
     ("void rocblas_gemvn_kernel<64, 16, float, float const*, float>(int, int, float)", "gemm", "rocBLAS", "rocblas"),
-    ("naive_conv_fwd_nchw_float", "conv", "MIOpen", "miopen"),
+    # MIOpen's reference convolution (src/kernels/gpu_reference_kernel/naive_conv.cpp), the fallback path
+    ("naive_conv_fwd_nchw_float", "conv", "MIOpen", "miopen_naive"),
     ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "reduction", "Triton", "inductor_reduction"),
     ("_gemma_rmsnorm_kernel", "norm", None, "norm"),
     ("aten::_grouped_mm", "grouped_gemm", "aten", "grouped_mm"),

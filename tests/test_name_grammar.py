@@ -134,7 +134,9 @@ def test_conflicting_template_operations_abstain():
 
 
 def test_fast_and_fallback_from_the_name_with_the_reason():
-    k = classify_name("void naive_conv_fwd_nchw<float>(float*)")
+    k = classify_name("void naive_conv_fwd_nchw<float>(float*)")   # MIOpen's reference convolution (a rule)
+    assert (k.family, k.path, k.path_reason) == ("conv", "fallback", "rule rocm.miopen.naive_conv")
+    k = RuleSet([]).classify("void naive_conv_fwd_nchw<float>(float*)")   # the grammar alone says it too
     assert k.path == "fallback" and "naive" in k.path_reason
     k = classify_name("reference_gemm_kernel")
     assert (k.family, k.path) == ("gemm", "fallback")

@@ -166,10 +166,9 @@ class RuleSet:
                 lib = kc.library
                 if lib is None or (how == "namespace" and table_lib != lib and rule.source == "kernels_torch.toml"):
                     lib = table_lib if table_lib is not None else lib
-                path, why = (kc.path, None) if kc.path != "neutral" else voc.path_of(p)
-                if kc.path != "neutral":
-                    why = f"rule {rule.id}"
-                return KernelClass(kc.family, kc.variant, lib, path, kc.rule, "rule", kc.reason, why)
+                # a rule says the path itself (its own `path`); the name's fast / fallback words are the grammar's
+                why = f"rule {rule.id}" if kc.path != "neutral" else None
+                return KernelClass(kc.family, kc.variant, lib, kc.path, kc.rule, "rule", kc.reason, why)
         d = voc.decide(p)
         lib = table_lib
         if d.rule is None:
