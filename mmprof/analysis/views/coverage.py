@@ -22,7 +22,7 @@ class Coverage:
     unclassified_ns: int
     by_family: list[dict[str, Any]]
     by_library: list[dict[str, Any]]
-    unclassified: list[dict[str, Any]]  # name, display_name, count, time_ns
+    unclassified: list[dict[str, Any]]  # names no rule or word places: name, display_name, count, time_ns, op_family
     by_evidence: list[dict[str, Any]] = field(default_factory=list)   # evidence, count, time_ns, share
     disagreements: list[dict[str, Any]] = field(default_factory=list)  # name / op pairs whose families differ
 
@@ -52,7 +52,6 @@ def coverage(frame: EventFrame) -> Coverage:
                  "share": (float(r["sum"]) / total if total else 0.0)} for k, r in g.iterrows()]
 
     unc = df[df["rule"].isna()]
-    ug = unc.groupby("name", sort=False)["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False)
     by_ev: list[dict[str, Any]] = []
     if frame.evidence is not None:
         df["evidence"] = np.asarray(frame.evidence.astype(object))
@@ -60,10 +59,18 @@ def coverage(frame: EventFrame) -> Coverage:
         by_ev = group("evidence")
         for r in by_ev:
             r["evidence"] = "none" if r["evidence"] == "(none)" else r["evidence"]
+    # the names no rule or word places: those nothing placed, and those only their launching op placed (a rule
+    # for them would let the name speak for itself)
+    named_unc = df[df["rule"].isna() | (df.get("evidence", pd.Series(index=df.index, dtype=object)) == "op")]
+    ug = named_unc.groupby("name", sort=False).agg(count=("dur", "count"), sum=("dur", "sum"),
+                                                   op_family=("family", "first"), rule=("rule", "first"))
+    ug = ug.sort_values("sum", ascending=False)
     stats = frame.evidence_stats
     dis = [dict(d, display_name=display_name(d["name"] or "")) for d in (stats.disagreements if stats else [])]
     return Coverage(source=source, events=len(df), total_ns=total, unclassified_ns=int(unc["dur"].sum()),
                     by_family=group("family"), by_library=group("library"),
                     unclassified=[{"name": k, "display_name": display_name(k), "count": int(r["count"]),
-                                   "time_ns": int(r["sum"])} for k, r in ug.iterrows()],
+                                   "time_ns": int(r["sum"]),
+                                   "op_family": None if pd.isna(r["rule"]) else r["op_family"]}
+                                  for k, r in ug.iterrows()],
                     by_evidence=by_ev, disagreements=dis)

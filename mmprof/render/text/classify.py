@@ -16,9 +16,10 @@ if TYPE_CHECKING:  # an annotation only: `mmprof rules` renders here without imp
 
 def render_coverage(cov: Coverage, con, top: int = 25, show_unclassified: bool = False) -> None:
     what = "kernels" if cov.source == "kernels" else "CPU ops (no GPU kernels)"
+    n_unknown = sum(1 for r in cov.unclassified if not r.get("op_family"))
     con.print(f"{cov.events:,} {what}, {cov.total_ns / 1e6:,.3f} ms; unclassified: "
-              f"[{'red' if cov.unclassified_share > 0.05 else 'green'}]{100 * cov.unclassified_share:.2f}%[/] of time "
-              f"({len(cov.unclassified)} names)")
+              f"[{'red' if cov.unclassified_share > 0.01 else 'green'}]{100 * cov.unclassified_share:.2f}%[/] of time "
+              f"({n_unknown} names)")
     if cov.by_evidence:
         ev = ", ".join(f"{r['evidence']} {100 * r['share']:.1f}%" for r in cov.by_evidence)
         con.print(cell(f"decided by (share of time): {ev}"))
@@ -41,9 +42,12 @@ def render_coverage(cov: Coverage, con, top: int = 25, show_unclassified: bool =
         if not cov.unclassified:
             con.print("unclassified names: none")
             return
-        cols = [Col("name", name=True, keep=10, min=24), Col("count", "right", keep=6), Col("ms", "right", keep=9)]
-        cells = [[r["name"], f"{r['count']:,}", f"{r['time_ns'] / 1e6:,.3f}"] for r in cov.unclassified[:top]]
-        con.print(fit_table(con, cols, cells, title="unclassified names (display names; --json has the full ones)"))
+        cols = [Col("name", name=True, keep=10, min=24), Col("count", "right", keep=6), Col("ms", "right", keep=9),
+                Col("op says", keep=5, min=8)]
+        cells = [[r["name"], f"{r['count']:,}", f"{r['time_ns'] / 1e6:,.3f}", r.get("op_family") or "-"]
+                 for r in cov.unclassified[:top]]
+        con.print(fit_table(con, cols, cells, title="names no rule or word places (display names; --json has the "
+                                                    "full ones; `op says`: the launching op decided)"))
 
 
 def render_lookups(rows: list[dict[str, Any]], con) -> None:
