@@ -7,7 +7,8 @@ than `max_events()` events or rows. Both can be raised: `MMPROF_MAX_INPUT_BYTES`
 
 Limits are checked while reading: a gzip's expansion against the compressed bytes read so far (a bomb stops at
 GZIP_RATIO_FLOOR), and the Kineto importer counts events on the raw bytes before parsing (`check_events`,
-`check_density`). Inputs are regular files only (a device or FIFO is refused).
+`check_density`). Inputs are regular files only: `open_input` is the one opener, and refuses a FIFO, socket, device or
+directory on the open descriptor before reading (never blocking on a FIFO).
 
 Outputs: `check_output` is the one guard (docs/limits.md). Inside a command (`track_inputs()`), every input file is
 noted by inode, and no output may be one of them. A symlink is never replaced (its target is written atomically),
@@ -145,19 +146,61 @@ def _input_named(path: Path) -> str | None:
 
 
 # -- reading ------------------------------------------------------------------------------------------------
-def _regular(p: Path) -> os.stat_result:
+def _kind_of(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket"
+            if stat.S_ISSOCK(mode) else "a character device" if stat.S_ISCHR(mode) else "a block device"
+            if stat.S_ISBLK(mode) else "not a regular file")
+
+
+def _not_regular(p: Path, mode: int) -> BadInput:
+    if stat.S_ISDIR(mode):
+        return BadInput(f"{p}: is a directory, expected a file")
+    # /dev/zero would be read to the size limit, a FIFO or a terminal could block forever
+    return BadInput(f"{p}: is {_kind_of(mode)}, not a regular file; save the data to a file first")
+
+
+def regular_file(p: str | os.PathLike) -> os.stat_result:
+    """The stat of a regular file, or one BadInput line naming what it is instead (missing, a FIFO, a device...)."""
+    p = Path(p)
     try:
         st = p.stat()
     except FileNotFoundError:
         raise BadInput(f"{p}: no such file") from None
     except (OSError, ValueError) as e:
         raise BadInput(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise BadInput(f"{p}: is a directory, expected a file")
-    if not stat.S_ISREG(st.st_mode):  # /dev/zero would be read to the size limit, a FIFO could block forever
-        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
-        raise BadInput(f"{p}: is {kind}, not a regular file; save the data to a file first")
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(p, st.st_mode)
     return st
+
+
+@contextlib.contextmanager
+def open_input(path: str | os.PathLike) -> Iterator:
+    """The one way mmprof opens an input file: a binary file object of a regular file, or one BadInput line.
+
+    Opened non-blocking and checked on the open descriptor (fstat), so a FIFO, a socket, a terminal, /dev/zero or a
+    directory is refused before a byte is read, and never blocks the open (a FIFO with no writer would), whatever the
+    name said a moment before. The file is then read as usual (blocking)."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise BadInput(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise BadInput(f"{p}: is a directory, expected a file") from None
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(p, st.st_mode)
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    note_input(p)
+    with f:
+        yield f
 
 
 def read_bytes(path: str | os.PathLike, watch=None) -> bytes:
@@ -166,11 +209,10 @@ def read_bytes(path: str | os.PathLike, watch=None) -> bytes:
     (decompressed) chunk as it is read and may raise to stop the read: limits on the content (the Kineto
     importer's event count) then apply before decompression finishes."""
     p = Path(path)
-    st = _regular(p)
-    note_input(p)
     limit = max_input_bytes()
     try:
-        with open(p, "rb") as f:
+        with open_input(p) as f:
+            st = os.fstat(f.fileno())
             head = f.read(6)
             kind = _compressed(head)
             if kind:
@@ -262,11 +304,11 @@ def gzip_size(path: str | os.PathLike) -> int | None:
     twice its size (xz -9 packs real traces 1.4-1.9x tighter than gzip -9: measured on this project's fixtures), so
     the events-per-byte bound means the same for both."""
     try:
-        with open(path, "rb") as f:
+        with open_input(path) as f:
             kind = _compressed(f.read(6))
             size = os.fstat(f.fileno()).st_size
             return None if kind is None else size * (2 if kind == "xz" else 1)
-    except OSError:
+    except (OSError, BadInput):  # the read that follows names the problem
         return None
 
 
@@ -274,11 +316,9 @@ def head_bytes(path: str | os.PathLike, n: int = 4096) -> bytes:
     """The first n bytes of the (decompressed) content, for format sniffing without reading everything (a UTF-8
     BOM is dropped)."""
     p = Path(path)
-    _regular(p)
-    note_input(p)
     kind = None  # an open that fails (permission denied) leaves nothing read: a plain "cannot read"
     try:
-        with open(p, "rb") as f:
+        with open_input(p) as f:
             kind = _compressed(f.read(6))
             f.seek(0)
             if kind:
@@ -300,9 +340,11 @@ def read_toml(path: str | os.PathLike, what: str) -> dict:
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
     p = Path(path)
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise BadInput(f"{p}: no such {what} file")
-    text = read_bytes(p) if p.stat().st_size else b""
+    with open_input(p) as f:  # a FIFO or a device is refused before it is read (open_input)
+        empty = os.fstat(f.fileno()).st_size == 0
+    text = b"" if empty else read_bytes(p)
     try:
         return tomllib.loads(text.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
@@ -480,7 +522,7 @@ def sqlite_connect(path: str | os.PathLike):
     import urllib.parse
 
     p = Path(path)
-    st = _regular(p)
+    st = regular_file(p)
     note_input(p)
     limit = max_input_bytes()
     if limit is not None and st.st_size > limit:

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from mmprof.errors import MmprofError
 from mmprof.fileio import atomic_write, note_input, track_inputs
+from mmprof.profiles.schema import MAX_RANK
 from mmprof.render.safe import SafeConsole, json_text
 
 
@@ -40,6 +41,36 @@ def _default(o: Any) -> Any:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of tables.")
+
+
+class Real(click.FloatRange):
+    """The one type of every real-valued option: a finite number within [min, max]. click's FloatRange lets NaN
+    through (every comparison with NaN is false: `ranks --threshold nan` was accepted) and inf where no max is
+    set; here both are a one-line usage error, exit 2."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        v = click.types.FloatParamType.convert(self, value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(v, param, ctx)
+
+
+class Count(click.IntRange):
+    """The one type of every integer option: a whole number within [min, max] (negative counts, sizes and ranks
+    are refused in one line, never passed on)."""
+
+    name = "integer"
+
+
+def count(min: int = 0, max: int | None = None) -> Count:
+    return Count(min=min, max=max)
+
+
+RANK = count(0, MAX_RANK)
 
 
 graph_ref_option = click.option(

@@ -9,6 +9,7 @@ import click
 
 from mmprof.analysis.shapes.shape_match import match_profile
 from mmprof.capture.workflows.run_options import PRESET_NAMES, RunOptions
+from mmprof.cli._common import count
 from mmprof.errors import BadInput
 from mmprof.modelspec import ModelSpec
 from mmprof.runtime import Switches, SwitchSpec
@@ -50,9 +51,9 @@ def workload_options(f):
         click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True),
         click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default=None,
                      help="Weights and activations [default: float32 on cpu, bfloat16 on cuda]."),
-        click.option("--batch", type=int, default=1, show_default=True, help="Sequences decoded together (concurrency)."),
-        click.option("--prompt-len", type=int, default=128, show_default=True, help="Prompt tokens per sequence."),
-        click.option("--decode-steps", type=int, default=8, show_default=True,
+        click.option("--batch", type=count(1), default=1, show_default=True, help="Sequences decoded together (concurrency)."),
+        click.option("--prompt-len", type=count(1), default=128, show_default=True, help="Prompt tokens per sequence."),
+        click.option("--decode-steps", type=count(1), default=8, show_default=True,
                      help="Greedy decode steps after the prefill."),
         click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="Seed for the weights and the random prompt."),
     ]

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from mmprof.analysis.compare.diff import diff_profiles
-from mmprof.cli._common import console, echo_json, json_option, load_any, write_text
+from mmprof.cli._common import RANK, console, echo_json, json_option, load_any, write_text
 from mmprof.cli._options import model_options, shape_regions
 from mmprof.render.html import diff_html
 from mmprof.render.markdown import diff_markdown
@@ -21,7 +21,7 @@ from mmprof.render.text.report import render_diff
 @click.option("--markdown", "markdown_file", metavar="FILE", help="Also write a Markdown summary (for a PR comment); '-' for stdout.")
 @click.option("--html", "html_file", metavar="FILE", help="Also write one self-contained HTML file with plots.")
 @click.option("--phase", metavar="PHASE", help="Phase to compare (prefill, decode); default decode when both have it.")
-@click.option("--rank", type=int, metavar="R", help="Compare one rank only.")
+@click.option("--rank", type=RANK, metavar="R", help="Compare one rank only.")
 @model_options
 def diff(before: str, after: str, as_json: bool, markdown_file: str | None, html_file: str | None,
          phase: str | None, rank: int | None, model: str | None, tp: int | None, ep: int) -> None:

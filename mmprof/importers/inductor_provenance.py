@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mmprof.errors import BadInput
-from mmprof.fileio import read_bytes
+from mmprof.fileio import read_bytes, regular_file
 
 KEY = "inductor_provenance"
 _MAPPINGS = ("inductor_provenance_tracking_node_mappings", "inductor_triton_kernel_to_post_grad_nodes")
@@ -149,8 +149,9 @@ def _read_one(p: Path, out: dict[tuple, dict], in_dir: bool = False) -> None:
             raise BadInput(f"{p}: no Inductor provenance files in this directory "
                            "(inductor_provenance_tracking_node_mappings.json, a TORCH_TRACE log)")
         return
-    if not p.is_file():
+    if not p.exists():
         raise BadInput(f"{p}: no such provenance file")
+    regular_file(p)  # a FIFO or a device: refused before it is read, naming what it is
     if p.suffix == ".log":
         if not _read_log(p, out) and not in_dir:
             raise BadInput(f"{p}: no Inductor provenance artifacts in this log (compile with INDUCTOR_PROVENANCE=1)")
