@@ -128,7 +128,7 @@ def main() -> None:
         for name, (how, chunks) in cases(size).items():
             if a.only and a.only not in name:
                 continue
-            f = folder / f"{name}.json.gz"
+            f = folder.resolve() / f"{name}.json.gz"
             gz = _write(f, chunks)
             del chunks
             # each case in a process of its own, so that ru_maxrss of its children is this case's peak

@@ -203,11 +203,13 @@ def open_input(path: str | os.PathLike) -> Iterator:
         yield f
 
 
-def read_bytes(path: str | os.PathLike, watch=None) -> bytes:
+def read_bytes(path: str | os.PathLike, watch=None, json_document: bool = False) -> bytes:
     """The file's bytes, gunzipped when it is gzip (by content, not name), within the size limits. A UTF-8 BOM
     before the content is dropped. Errors are BadInput, one line. `watch(chunk, gzipped)`, when given, sees each
     (decompressed) chunk as it is read and may raise to stop the read: limits on the content (the Kineto
-    importer's event count) then apply before decompression finishes."""
+    importer's event count) then apply before decompression finishes. `json_document`: the caller decodes the
+    whole text into Python objects; a compressed one holding far more JSON values than real files is refused first
+    (`check_json_values`)."""
     p = Path(path)
     limit = max_input_bytes()
     try:
@@ -231,6 +233,8 @@ def read_bytes(path: str | os.PathLike, watch=None) -> bytes:
     if not data:
         raise BadInput(f"{p}: empty file")
     data = data.removeprefix(UTF8_BOM)
+    if json_document:
+        check_json_values(data, str(p), st.st_size * (2 if kind == "xz" else 1) if kind else None)
     return data
 
 
@@ -297,6 +301,49 @@ def check_density(n_events: int, compressed_size: int, where: str) -> None:
                        f"{EVENTS_PER_GZIP_BYTE} per compressed byte (real traces hold at most 0.1): parsing them "
                        f"would take about {n_events * 500 // 2**20:,} MiB; set {ENV_MAX_EVENTS}=N (or mmprof "
                        "--max-events N, 0 for no limit) to read it anyway")
+
+
+class EventBudget:
+    """The event limits of one input, applied as a decoder counts: `add(n)` after each batch of n events (or JSON
+    elements that would become events) and before the next batch is built, so a file of too many events of any
+    shape stops after one batch (`max_events`, and for a compressed input of `compressed` bytes `check_density`).
+    The Kineto decoder counts the elements of its event array per window (mmprof.importers._json_windows); a
+    streaming decoder counts the same way."""
+
+    def __init__(self, where: str, compressed: int | None = None) -> None:
+        self.where, self.compressed, self.n = where, compressed, 0
+
+    def add(self, n: int) -> None:
+        self.n += n
+        check_events(self.n, self.where)
+        if self.compressed is not None:
+            check_density(self.n, self.compressed, self.where)
+
+
+VALUES_DENSITY_FLOOR = 8_000_000  # JSON values any compressed document may hold (~64 B each once decoded)
+VALUES_PER_GZIP_BYTE = 4          # real Profiles / rocprofv3 JSON / configs hold well under 1 per compressed byte
+
+
+def check_json_values(data: bytes, where: str, compressed: int | None) -> None:
+    """Before a whole JSON document is decoded into Python objects (a Profile, rocprofv3 JSON, a config.json):
+    refuse a compressed one that holds far more values than real files of its size (an upper bound counted on the
+    bytes: every value but the first follows a `,` or opens a container), so a small gzip of `[[],[],...]` cannot
+    take gigabytes (each decoded value costs 30-70 bytes). MMPROF_MAX_EVENTS (or --max-events) replaces the
+    density bound by that limit."""
+    if compressed is None:
+        return
+    n = data.count(b",") + data.count(b"[") + data.count(b"{") + 1
+    if os.environ.get(ENV_MAX_EVENTS):
+        cap = max_events()
+        if cap is not None and n > cap:
+            check_events(n, where, "JSON values")
+        return
+    cap = max(VALUES_DENSITY_FLOOR, VALUES_PER_GZIP_BYTE * compressed)
+    if n > cap:
+        raise BadInput(f"{where}: up to {n:,} JSON values in a {compressed:,}-byte compressed file, more than "
+                       f"{VALUES_PER_GZIP_BYTE} per compressed byte (real files hold less than 1): decoding them "
+                       f"could take {n * 64 // 2**20:,} MiB; set {ENV_MAX_EVENTS}=N (or mmprof --max-events N, 0 for "
+                       "no limit) to read it anyway")
 
 
 def gzip_size(path: str | os.PathLike) -> int | None:

@@ -251,7 +251,7 @@ def _strs(v: Any) -> bool:
 
 def load_profile(path: str | os.PathLike) -> Profile:
     """Read a Profile written by `save_profile` (or `mmprof import`/`run`/`record`)."""
-    data = read_bytes(path)
+    data = read_bytes(path, json_document=True)
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:
