@@ -494,11 +494,15 @@ def atomic_output(path: str | os.PathLike, compress: bool | None = None, level: 
         with _write_errors(path), _open_special(p, st, path) as raw, _maybe_gzip(raw, compress, level) as g:
             yield g
         return
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    except (OSError, ValueError) as e:
-        raise BadInput(f"{path}: cannot write in {p.parent}: {getattr(e, 'strerror', None) or e}") from None
-    _pending.add(tmp)
+    sweep_stale_temporaries(p)
+    fd, tmp = _unnamed_temporary(p.parent)  # Linux: O_TMPFILE, nothing on disk until it is linked into place
+    if fd is None:
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.{os.getpid()}.", suffix=".tmp", dir=p.parent)
+        except (OSError, ValueError) as e:
+            raise BadInput(f"{path}: cannot write in {p.parent}: {getattr(e, 'strerror', None) or e}") from None
+        _pending.add(tmp)
+    named = tmp
     try:
         with _write_errors(path):
             umask = os.umask(0)
@@ -509,14 +513,102 @@ def atomic_output(path: str | os.PathLike, compress: bool | None = None, level: 
                     yield g
                 raw.flush()
                 os.fsync(raw.fileno())
-            os.replace(tmp, p)
+                if tmp is None:  # link the unnamed file under a temporary name, then rename it over the output
+                    named = f"{p.parent}/.{p.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+                    _pending.add(named)
+                    os.link(f"/proc/self/fd/{raw.fileno()}", named)
+            os.replace(named, p)
     finally:
-        if os.path.lexists(tmp):
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        _pending.discard(tmp)
+        if named is not None:
+            if os.path.lexists(named):
+                try:
+                    os.unlink(named)
+                except OSError:
+                    pass
+            _pending.discard(named)
+
+
+def _unnamed_temporary(folder: Path) -> tuple[int | None, None]:
+    """A file in `folder` with no name (Linux O_TMPFILE): a SIGKILL mid-write leaves nothing behind. (None, None)
+    where the OS or the filesystem has none (or /proc, needed to link it, is not mounted): then a named temporary
+    file, which `sweep_stale_temporaries` removes on a later run if its writer was killed."""
+    flag = getattr(os, "O_TMPFILE", None)
+    if flag is None or not os.path.isdir("/proc/self/fd"):
+        return None, None
+    try:
+        dev = os.stat(folder).st_dev
+        fd = os.open(folder, flag | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:  # EOPNOTSUPP (a filesystem without it), EISDIR / EINVAL (an old kernel), EACCES ...
+        return None, None
+    if dev not in _LINKABLE:  # can this filesystem (and kernel, or sandbox) link such a file? asked once per device
+        probe = f"{folder}/.mmprof-probe.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        try:
+            os.link(f"/proc/self/fd/{fd}", probe)
+            os.unlink(probe)
+            _LINKABLE[dev] = True
+        except OSError:
+            _LINKABLE[dev] = False
+    if not _LINKABLE[dev]:
+        os.close(fd)
+        return None, None
+    return fd, None
+
+
+_LINKABLE: dict[int, bool] = {}
+
+
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d{1,10})\.[A-Za-z0-9_]{8}\.tmp$")
+_OLD_TEMP = re.compile(r"^\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp$")  # mmprof before 0.2: no pid in the name
+STALE_OLD_TEMP_S = 3600
+
+
+def sweep_stale_temporaries(path: str | os.PathLike) -> list[str]:
+    """Remove the temporary files of earlier writes of `path` whose writer is gone (killed by SIGKILL, the machine
+    lost power): `.NAME.PID.XXXXXXXX.tmp` beside it, of a PID no longer running (or, named the older way without a
+    PID, not touched for an hour). A write in progress by a live process is never touched. Returns what was removed."""
+    p = Path(path)
+    gone: list[str] = []
+    try:
+        entries = list(os.scandir(p.parent))
+    except OSError:
+        return gone
+    now = None
+    for e in entries:
+        if not e.name.startswith(f".{p.name}.") or not e.name.endswith(".tmp"):
+            continue
+        m = _TEMP.match(e.name)
+        try:
+            if not e.is_file(follow_symlinks=False):
+                continue
+            if m is not None and m.group("name") == p.name:
+                if _alive(int(m.group("pid"))):
+                    continue
+            else:
+                m = _OLD_TEMP.match(e.name)
+                if m is None or m.group("name") != p.name:
+                    continue
+                import time
+
+                now = now or time.time()
+                if now - e.stat(follow_symlinks=False).st_mtime < STALE_OLD_TEMP_S:
+                    continue
+            os.unlink(e.path)
+            gone.append(e.path)
+        except OSError:
+            continue
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # someone else's process (or not ours to tell): left alone
+    return True
 
 
 @contextlib.contextmanager

@@ -15,6 +15,26 @@ from mmprof.profiles.schema import MAX_RANK
 from mmprof.render.safe import SafeConsole, json_text
 
 
+_VERDICT: list[int] = []  # the exit code a command decided before printing (a gate's verdict)
+
+
+def verdict(code: int) -> int:
+    """Note the exit code a command has decided before it prints its output: if the reader of stdout goes away
+    meanwhile (`mmprof verify-fastpath P | head -1`), the command ends quietly with this code, so a gate keeps its
+    verdict (mmprof.cli.main). Returns `code`."""
+    _VERDICT[:] = [code]
+    return code
+
+
+def reset_verdict() -> None:
+    _VERDICT.clear()
+
+
+def decided_code() -> int:
+    """The code noted by `verdict` (0 when the command noted none: its output was its result)."""
+    return _VERDICT[-1] if _VERDICT else 0
+
+
 def console(stderr: bool = False) -> Console:
     """The console every command prints through: mmprof.render.safe.SafeConsole makes names inert at the sink."""
     return SafeConsole(stderr=stderr, highlight=False, soft_wrap=False)

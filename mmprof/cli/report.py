@@ -6,7 +6,7 @@ import click
 
 from mmprof.analysis.views.by_shape import by_shape
 from mmprof.analysis.views.report import build_report
-from mmprof.cli._common import RANK, console, echo_json, graph_ref_option, json_option, load_any, write_text
+from mmprof.cli._common import RANK, console, echo_json, graph_ref_option, json_option, load_any, verdict, write_text
 from mmprof.cli._options import model_options, shape_regions
 from mmprof.cli._provenance import apply_provenance, provenance_option, read_provenance
 from mmprof.errors import BadInput
@@ -59,6 +59,7 @@ def report(ctx: click.Context, profile: str, as_json: bool, phase: str | None, r
         write_text(markdown_file, report_markdown(result, top))
     if html_file:
         write_text(html_file, report_html(result, top))
+    verdict(1 if check and result.checks.get("status") == "fail" else 0)  # kept if stdout's reader goes away
     if as_json:
         echo_json(result.to_dict())
     elif markdown_file != "-":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from mmprof.capture.workflows.shapes import analytic_shapes, live_shapes, profile_shapes
-from mmprof.cli._common import console, echo_json, json_option
+from mmprof.cli._common import console, echo_json, json_option, verdict
 from mmprof.errors import BadInput
 from mmprof.render.text.shapes import render_shapes
 
@@ -55,6 +55,7 @@ def shapes(ctx: click.Context, tp, ep, model, batch, seq, phase, dtype, live, de
                           dtype)
     else:
         res = analytic_shapes(model or "m3", 8 if tp is None else tp, ep, batch or 1, seq or 1024, phase, dtype)
+    verdict(1 if check and res.has_errors else 0)  # kept if stdout's reader goes away
     if as_json:
         echo_json(res.to_dict())
     else:
