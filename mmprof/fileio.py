@@ -188,6 +188,12 @@ def open_input(path: str | os.PathLike) -> Iterator:
     except IsADirectoryError:
         raise BadInput(f"{p}: is a directory, expected a file") from None
     except (OSError, ValueError) as e:
+        try:  # a socket cannot be opened at all (ENXIO): say what it is
+            mode = os.stat(p).st_mode
+        except (OSError, ValueError):
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise _not_regular(p, mode) from None
         raise BadInput(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     try:
         st = os.fstat(fd)

@@ -409,6 +409,18 @@ def _token_ends(m: str) -> list[tuple[int, tuple[str, ...]]] | None:
                 return None
             stack.pop()
             i += 1
+            if not stack:  # the name is complete; what follows is its signature
+                ends.append((i, ()))
+                break
+        elif c == "D" and i + 1 < n and m[i + 1] == "F":  # DF16b (bfloat16), DF16_ (_Float16): a builtin type
+            j = i + 2
+            while j < n and m[j].isdigit():
+                j += 1
+            if j >= n:
+                break
+            i = j + 1
+        elif c == "D" and i + 1 < n and m[i + 1] in "nhsiacdfu":  # Dn nullptr_t, Dh half, Ds / Di char16/32_t, ...
+            i += 2
         elif c in "KVrPR":  # qualifiers and pointers / references: prefixes of the next type
             i += 1
             continue  # not the end of a token
