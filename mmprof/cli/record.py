@@ -39,7 +39,7 @@ from mmprof.render.text.record import render_record
 @click.option("--trace-dir", default=None, help="Where per-process traces go (default: OUT's name + .traces).")
 @click.option("--grace", type=Real(0), default=10.0, show_default=True,
               help="Seconds to wait for workers that outlive the command to finish writing.")
-@click.option("--stop-grace", type=float, default=15.0, show_default=True, metavar="SECONDS",
+@click.option("--stop-grace", type=Real(0), default=15.0, show_default=True, metavar="SECONDS",
               help="After Ctrl-C or SIGTERM: how long the command gets to stop before mmprof sends it SIGTERM, "
                    "and as long again before SIGKILL (a second Ctrl-C skips the wait); what was captured is kept.")
 @click.option("--json", "as_json", is_flag=True, help="Print the record result as JSON on stdout at the end.")
