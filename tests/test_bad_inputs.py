@@ -115,6 +115,10 @@ def test_every_numeric_option_has_one_of_the_shared_ranged_types():
     assert len(NUMERIC) >= 20
     bare = [f"{n} {p.opts[-1]}" for n, p in NUMERIC if not isinstance(p.type, (Real, Count, click.IntRange))]
     assert not bare, bare
+    from mmprof.cli._common import RANK
+    from mmprof.profiles.schema import MAX_RANK
+
+    assert RANK.max == MAX_RANK
     floats = [(n, p) for n, p in NUMERIC if isinstance(p.type, click.types.FloatParamType)]
     assert floats and all(isinstance(p.type, Real) for _, p in floats)
 

@@ -11,7 +11,6 @@ from rich.console import Console
 
 from mmprof.errors import MmprofError
 from mmprof.fileio import atomic_write, note_input, track_inputs
-from mmprof.profiles.schema import MAX_RANK
 from mmprof.render.safe import SafeConsole, json_text
 
 
@@ -90,7 +89,7 @@ def count(min: int = 0, max: int | None = None) -> Count:
     return Count(min=min, max=max)
 
 
-RANK = count(0, MAX_RANK)
+RANK = count(0, 2**31 - 1)  # mmprof.profiles.schema.MAX_RANK (not imported: `rules`, `--help` load no numpy)
 
 
 graph_ref_option = click.option(
