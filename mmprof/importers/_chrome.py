@@ -78,7 +78,7 @@ class Event(msgspec.Struct, forbid_unknown_fields=False, gc=False):
 # by nothing.
 _RARE_FIELDS = ("coll_name", "dtype", "in_nelems", "out_nelems", "group_size", "pg_name", "pg_desc", "pg_id",
                 "pg_ranks", "kernel")
-_RARE_KEY = b'"Collective name"'
+RARE_KEY = b'"Collective name"'
 
 
 def _lean(struct: type, name: str, drop: tuple[str, ...] = (), **types: Any) -> type:
@@ -154,12 +154,12 @@ def decode(data: bytes, where: str, compressed: int | None = None, counted: bool
             trace = Trace(**{f: _header(getattr(rt, f), f, where) for f in _HEADER_FIELDS})
             span = _events_span(data, rt.traceEvents, where)
     except msgspec.ValidationError as e:
-        raise BadInput(f"{where}: JSON that is not a Chrome trace ({_short(e)})") from e
+        raise BadInput(f"{where}: JSON that is not a Chrome trace ({short_error(e)})") from e
     except msgspec.DecodeError as e:
-        raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
+        raise BadInput(f"{where}: not valid JSON ({short_error(e)}); is the file complete?") from e
     budget = EventBudget(where, compressed)  # every element counts, whatever its shape (the "ph" count may not)
     trace.traceEvents, bad = _decode_events(array_windows(data, *span, budget, where), where,
-                                            lean=_RARE_KEY not in data)
+                                            lean=RARE_KEY not in data)
     return trace, bad
 
 
@@ -198,10 +198,10 @@ def _decode_events(windows, where: str, lean: bool) -> tuple[list[Event], int]:
         try:
             evs = [dec(r) for r in chunk]  # one call per event: no joined copy of the chunk
         except msgspec.ValidationError:
-            evs, b = _lenient_events(chunk, dec)
+            evs, b = lenient_events(chunk, dec)
             bad += b
         except msgspec.DecodeError as e:
-            raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
+            raise BadInput(f"{where}: not valid JSON ({short_error(e)}); is the file complete?") from e
         del chunk
         intern(evs)
         out += evs
@@ -259,7 +259,7 @@ class _Interner:
             return v
 
 
-def _lenient_events(raws: list, dec=None) -> tuple[list[Event], int]:
+def lenient_events(raws: list, dec=None) -> tuple[list[Event], int]:
     """One event at a time: those that fit (typed, else after `_coerce`), and how many did not. An element that is
     not an object, or larger than EVENT_MAX_BYTES, is counted without being decoded."""
     dec = dec or _EVENT.decode
@@ -320,6 +320,6 @@ def _coerce(e: Any) -> Event | None:
         return None
 
 
-def _short(e: Exception) -> str:
+def short_error(e: Exception) -> str:
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
     return msg[:160]
