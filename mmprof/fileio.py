@@ -249,12 +249,11 @@ def iter_bytes(path: str | os.PathLike, watch=None, chunk: int = 16 * 2**20) -> 
     (input size, gzip expansion) checked as they are read; `watch(chunk, gzipped)` sees each chunk. A UTF-8 BOM
     before the content is dropped. For readers that never hold the whole content (the streaming Kineto import)."""
     p = Path(path)
-    st = _regular(p)
-    note_input(p)
+    st = regular_file(p)  # a FIFO or a device: refused, never opened for reading (open_input checks again)
     limit = max_input_bytes()
     first = True
     try:
-        with open(p, "rb") as f:
+        with open_input(p) as f:
             kind = _compressed(f.read(6))
             f.seek(0)
             ratio = kind is not None and not os.environ.get(ENV_MAX_BYTES)
