@@ -191,6 +191,9 @@ def test_every_shape_of_element_is_counted_against_the_event_limit(shape, bare, 
     f.write_bytes(gzip.compress(body))
     monkeypatch.setenv("MMPROF_MAX_EVENTS", "1000")
     code, _, err = _cli(["import", "--format", "kineto", f, "-o", tmp_path / "o.json"], capsys)
+    assert code == 2 and _one_error(err)  # the default (streaming, issue 35) import: refused, one line
+    monkeypatch.setenv("MMPROF_KINETO_REFERENCE", "1")  # the Struct decoder: every element counted in its window
+    code, _, err = _cli(["import", "--format", "kineto", f, "-o", tmp_path / "o.json"], capsys)
     assert code == 2 and "exceed the limit of 1,000" in _one_error(err)
 
 
