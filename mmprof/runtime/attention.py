@@ -168,7 +168,7 @@ class Attention(nn.Module):
                                requested="triton", scope=f"layers.{self.layer_id}.attn.norm_rope",
                                reason=state.kernels["triton_norm_rope"])
             if run:
-                from .kernels.norm_rope_insert import qk_norm_rope_kv_insert
+                from .kernels.norm_rope_insert import qk_norm_rope_kv_insert  # imports Triton: only where it runs
 
                 q, iq = qk_norm_rope_kv_insert(fused, self.q_norm.weight, self.k_norm.weight, iqw, ikw, cos, sin,
                                                state.pos_t, cache.k, cache.v, ik_cache, *norm_args)
@@ -220,7 +220,7 @@ class Attention(nn.Module):
         """Decode: the indexer's block scores, then the top-k and the attention over the selected blocks (or every
         block) as Triton kernels over the whole cache, masked at the device position (kernels/decode_attention.py).
         The top-k runs inside the attention kernel (in `attn.core`), which also returns the selection."""
-        from .kernels.decode_attention import (dense_attention_decode, index_block_scores,
+        from .kernels.decode_attention import (dense_attention_decode, index_block_scores,  # imports Triton
                                                sparse_attention_decode)
 
         p = f"layers.{self.layer_id}.attn"

@@ -177,7 +177,7 @@ class MoE(nn.Module):
         kernels = state.kernel("triton_moe")
         with scope(f"{p}.router"):
             if kernels:  # this rank's weight slots and their weights, the routed scaling and the fused slot applied
-                from .kernels.fused_moe import moe_route
+                from .kernels.fused_moe import moe_route  # imports Triton: only where its kernels run
 
                 ids, tw = moe_route(x, self.gate.weight, self.e_score_correction_bias, self.top_k, self.e0,
                                     self.n_local, self.n_local if fuse else -1, 1.0 / self.scale, self.scale)
@@ -193,7 +193,7 @@ class MoE(nn.Module):
                 shared = call(state.compiled, expert_mlp, x, *self._shared_weights(), self.alpha, self.limit)  # [N, H]
         with scope(f"{p}.routed"):  # the MoE layer's single all-reduce (TP/EP) is attributed here
             if kernels:
-                from .kernels.fused_moe import fused_experts
+                from .kernels.ops import fused_experts  # imports Triton: only where its kernels run
 
                 out = fused_experts(x, self.w13, self.w2, tw, ids, self.alpha, self.limit)  # [N, H]
                 if shared is not None:

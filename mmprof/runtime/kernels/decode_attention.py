@@ -32,15 +32,9 @@ import triton
 import triton.language as tl
 
 from .support import config, interpreting, next_pow2
+from .triton_helpers import dot
 
 NEG_INF = float("-inf")
-
-
-@triton.jit
-def _dot(a, b, F32DOT: tl.constexpr):
-    if F32DOT:  # the interpreter's dot mis-reads bf16 operands (support.py)
-        return tl.dot(a.to(tl.float32), b.to(tl.float32))
-    return tl.dot(a, b)
 
 
 @triton.jit
@@ -58,8 +52,9 @@ def sparse_indexer_block_score_kernel(iq_ptr, ikc_ptr, ikc_sb, ikc_ss, pos_ptr, 
         q = tl.load(iq_ptr + (b * NIH + h[:, None]) * DI + d[None, :], mask=h[:, None] < NIH, other=0.0)
         kk = start + tl.arange(0, BLOCK)
         kmask = (kk <= pos) & (kk < S)
-        k = tl.load(ikc_ptr + b * ikc_sb + kk[:, None] * ikc_ss + d[None, :], mask=kmask[:, None], other=0.0)
-        s = _dot(q, tl.trans(k), F32DOT)  # [NIH_P, BLOCK]
+        k = tl.load(ikc_ptr + b.to(tl.int64) * ikc_sb + kk[:, None] * ikc_ss + d[None, :], mask=kmask[:, None],
+                    other=0.0)
+        s = dot(q, tl.trans(k), F32DOT)  # [NIH_P, BLOCK]
         s = tl.where(kmask[None, :], s, float("-inf"))
         score = tl.max(s, axis=1)
     qblk = pos // BLOCK
@@ -93,13 +88,13 @@ def _attend_block(q, acc, m_i, l_i, kc_ptr, vc_ptr, head_off, kc_ss, blk, pos, S
     kmask = (kk <= pos) & (kk < S)
     k = tl.load(kc_ptr + head_off + kk[:, None] * kc_ss + d[None, :], mask=kmask[:, None], other=0.0)
     v = tl.load(vc_ptr + head_off + kk[:, None] * kc_ss + d[None, :], mask=kmask[:, None], other=0.0)
-    s = _dot(q, tl.trans(k), F32DOT) * scale
+    s = dot(q, tl.trans(k), F32DOT) * scale
     s = tl.where(kmask[None, :], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     alpha = tl.exp(m_i - m_new)
     p = tl.exp(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, F32DOT)
+    acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, F32DOT)
     return acc, m_new, l_i
 
 
@@ -119,7 +114,7 @@ def _attention_decode(q_ptr, kc_ptr, vc_ptr, kc_sb, kc_sh, kc_ss, bs_ptr, sel_pt
     r = tl.arange(0, G_P)
     d = tl.arange(0, D)
     q = tl.load(q_ptr + ((b * KV + g) * G + r[:, None]) * D + d[None, :], mask=r[:, None] < G, other=0.0)
-    head_off = b * kc_sb + g * kc_sh
+    head_off = b.to(tl.int64) * kc_sb + g * kc_sh
     acc = tl.zeros([G_P, D], tl.float32)
     m_i = tl.full([G_P], float("-inf"), tl.float32)
     l_i = tl.zeros([G_P], tl.float32)
@@ -261,10 +256,12 @@ def _launch_attention(kernel, combine, q, k_cache, v_cache, pos, scale, splits, 
 
 def sparse_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor,
                             scale: float, block: int, topk: int, scores: torch.Tensor | None = None,
-                            sel: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                            sel: torch.Tensor | None = None,
+                            splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of q [B, H, 1, D] over the selected blocks of k_cache / v_cache [B, KV, S, D]. With `scores`
     [B, KV, NB] (index_block_scores) the kernel selects the top-k blocks itself and returns them; otherwise `sel`
-    [B, KV, 1, k] (a previous layer's selection) is used. Returns (out [B, H, 1, D], selection [B, KV, 1, k])."""
+    [B, KV, 1, k] (a previous layer's selection) is used. `splits` overrides splits_for (tests, the sweep).
+    Returns (out [B, H, 1, D], selection [B, KV, 1, k])."""
     b, kv, s_cap = k_cache.shape[0], k_cache.shape[1], k_cache.shape[2]
     nb = -(-s_cap // block)
     ksel = min(topk, nb) if sel is None else sel.shape[-1]
@@ -275,7 +272,7 @@ def sparse_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     else:
         sel = sel.contiguous()
         scores, mode = sel, 1
-    splits = splits_for(b, kv, ksel, q.device)
+    splits = min(splits or splits_for(b, kv, ksel, q.device), ksel)
     meta = dict(BLOCK=block, KSEL=ksel, KSEL_P=next_pow2(ksel), NB_P=next_pow2(nb), MODE=mode,
                 PER_SPLIT=-(-ksel // splits))
     out = _launch_attention(sparse_attention_decode_kernel, sparse_attention_decode_combine_kernel, q, k_cache,
@@ -284,11 +281,12 @@ def sparse_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
 
 
 def dense_attention_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor,
-                           scale: float, block: int = 128) -> torch.Tensor:
-    """Causal attention of q [B, H, 1, D] at `pos` over k_cache / v_cache [B, KV, S, D] (positions <= pos)."""
+                           scale: float, block: int = 128, splits: int | None = None) -> torch.Tensor:
+    """Causal attention of q [B, H, 1, D] at `pos` over k_cache / v_cache [B, KV, S, D] (positions <= pos), in
+    blocks of `block` keys; `splits` overrides splits_for."""
     b, kv, s_cap = k_cache.shape[0], k_cache.shape[1], k_cache.shape[2]
     nb = -(-s_cap // block)
-    splits = splits_for(b, kv, nb, q.device)
+    splits = min(splits or splits_for(b, kv, nb, q.device), nb)
     return _launch_attention(decode_attention_splitk_kernel, decode_attention_combine_kernel, q, k_cache, v_cache,
                              pos, scale, splits, (pos, s_cap), dict(BLOCK=block, PER_SPLIT=-(-nb // splits)))
 

@@ -34,13 +34,7 @@ import triton
 import triton.language as tl
 
 from .support import config, interpreting, next_pow2
-
-
-@triton.jit
-def _dot(a, b, F32DOT: tl.constexpr):
-    if F32DOT:  # the interpreter's dot mis-reads bf16 operands (support.py)
-        return tl.dot(a.to(tl.float32), b.to(tl.float32))
-    return tl.dot(a, b)
+from .triton_helpers import dot
 
 
 @triton.jit
@@ -142,8 +136,8 @@ def fused_moe_decode_gate_up_act_kernel(x_ptr, x_stride, w13_ptr, w13_se, w13_sn
                     wg = tl.load(wbase + n[:, None] * w13_sn + k[None, :], mask=nm[:, None] & km[None, :], other=0.0)
                     wu = tl.load(wbase + (I + n[:, None]) * w13_sn + k[None, :], mask=nm[:, None] & km[None, :],
                                  other=0.0)
-                    acc_g += _dot(x, tl.trans(wg), F32DOT)
-                    acc_u += _dot(x, tl.trans(wu), F32DOT)
+                    acc_g += dot(x, tl.trans(wg), F32DOT)
+                    acc_u += dot(x, tl.trans(wu), F32DOT)
                 g = tl.minimum(acc_g.to(dt).to(tl.float32), limit)
                 u = tl.minimum(tl.maximum(acc_u.to(dt).to(tl.float32), -limit), limit)
                 a = (u + 1.0) * (g / (1.0 + tl.exp(-alpha * g)))
@@ -174,7 +168,7 @@ def fused_moe_decode_down_kernel(act_ptr, w2_ptr, w2_se, w2_sh, ids_ptr, tw_ptr,
         a2 = tl.where(r[:, None] == 0, a[None, :], 0.0).to(dt)  # one token: row 0 of a 16-row dot
         w = tl.load(w2_ptr + slot.to(tl.int64) * w2_se + h[:, None] * w2_sh + k[None, :],
                     mask=ok & hm[:, None] & (k[None, :] < I), other=0.0)
-        acc += _dot(a2, tl.trans(w), F32DOT)
+        acc += dot(a2, tl.trans(w), F32DOT)
     out = tl.sum(tl.where(r[:, None] == 0, acc, 0.0), axis=0)
     tl.store(out_ptr + t * out_stride + h, out.to(out_ptr.dtype.element_ty), mask=hm)
 
@@ -201,7 +195,7 @@ def fused_moe_decode_down_expert_kernel(act_ptr, w2_ptr, w2_se, w2_sh, ids_ptr, 
                     km = k < I
                     a = tl.load(act_ptr + pm[:, None] * I + k[None, :], mask=mv[:, None] & km[None, :], other=0.0)
                     w = tl.load(wbase + h[:, None] * w2_sh + k[None, :], mask=hm[:, None] & km[None, :], other=0.0)
-                    acc += _dot(a, tl.trans(w), F32DOT)
+                    acc += dot(a, tl.trans(w), F32DOT)
                 wt = tl.load(tw_ptr + pm, mask=mv, other=0.0)
                 y = acc.to(dt).to(tl.float32) * wt[:, None]
                 tl.store(y_ptr + pm[:, None] * H + h[None, :], y, mask=mv[:, None] & hm[None, :])

@@ -63,6 +63,7 @@ def qk_norm_rope_kv_insert_kernel(
     j = tl.program_id(1)  # head slot: q | k | v | index q | index k
     pos = tl.load(pos_ptr)
     row = fused_ptr + b * stride_fb
+    b = b.to(tl.int64)  # cache offsets can pass 2**31 elements
     if j < NH:
         _norm_rope_head(row + j * HD, q_ptr + (b * NH + j) * HD, qw_ptr, cos_ptr, sin_ptr, pos, stride_cs, eps,
                         HD, R, BLOCK_D)
