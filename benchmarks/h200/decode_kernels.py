@@ -7,9 +7,9 @@ of each kernel's launch configurations. One device call, about 5 minutes on an H
 
 Phases (`--phases`, in this order; each writes its results as it finishes, and a phase that would pass
 `--budget-s` is skipped and says so in the JSON):
-- tests: `pytest tests/runtime/test_triton_kernels.py` with MMPROF_GPU_TESTS=1 (every kernel against the runtime's
-  PyTorch region functions, at the `small` dimensions, bf16 and fp32), in a subprocess that runs while the model is
-  built -> gpu_tests.txt.
+- tests: `pytest tests/runtime/test_triton_kernels.py tests/runtime/test_triton_rung.py` with MMPROF_GPU_TESTS=1
+  (every kernel against the runtime's PyTorch region functions at the `small` dimensions, bf16 and fp32; the
+  switches end to end on the tiny model), in a subprocess that runs while the model is built -> gpu_tests.txt.
 - timing: per batch, the prompt (`--prompt` tokens) is prefilled once; per rung one GraphRunner (one eager static
   step, which compiles on the compile rungs, and the capture), `--warmup` replays, `--repeats` x `--steps` timed
   replays (CUDA events; the median and the spread), kernels per step from one profiled replay, the first step's
@@ -25,7 +25,9 @@ Phases (`--phases`, in this order; each writes its results as it finishes, and a
   `mmprof diff graphs_b1.json.xz kernels_b1.json.xz`.
 - sweep: for each kernel, each alternative launch configuration of runtime/kernels/support.py CONFIGS (the others
   at their best so far), the kernels rung re-captured and timed at each `--sweep-batches` batch; the best per
-  kernel is kept and the kernels rung re-timed with them ("kernels (tuned)").
+  kernel is kept (best_configs, tuned_ms).
+- prefill: the prompt's prefill at batch 1, eager and with compile_prefill (compilation timed apart), logits
+  compared.
 
 The HBM floor (compile_rung.py floor_bytes): the bytes a decode step must read at 4.8 TB/s.
 Results: decode_kernels.json (and the profiles, gpu_tests.txt) under OUTDIR ($OUT when not given).
@@ -37,6 +39,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -80,7 +83,7 @@ def start_tests(out: Path, cpu: bool) -> tuple[subprocess.Popen, object]:
         env.pop("TRITON_INTERPRET", None)
     f = open(out / "gpu_tests.txt", "w")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-           "tests/runtime/test_triton_kernels.py", "-rfE"]
+           "tests/runtime/test_triton_kernels.py", "tests/runtime/test_triton_rung.py", "-rfE"]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT), f
 
 
@@ -219,6 +222,7 @@ def compare_first_steps(model, rows: list[dict], firsts: dict) -> None:
 
 
 def timing_phase(model, a, batches, budget: Budget, results: dict, save) -> None:
+    """Every rung of `--rungs` at every batch (the K=4 rungs at K4_BATCHES only)."""
     import torch
 
     from mmprof.runtime import Switches, Workload
@@ -234,7 +238,7 @@ def timing_phase(model, a, batches, budget: Budget, results: dict, save) -> None
         floor_ms = floor["total"] / (a.hbm_tb_s * 1e12) * 1e3
         firsts: dict = {}
         batch_rows: list[dict] = []
-        for name in RUNGS:
+        for name in a.rungs:
             if name.startswith("all+") and b not in K4_BATCHES:
                 continue
             if budget.left() < 20:
@@ -275,15 +279,15 @@ def profiles_phase(model, a, out: Path, budget: Budget, results: dict) -> None:
     caches = make_cache(model, b, a.capacity)
     wl = Workload(batch=b, prompt_len=a.prompt, decode_steps=a.profile_steps, seed=0)
     cap = fake_capture if CPU else None
-    for name in ("graphs", "compile", "kernels"):
+    for name in a.profile_rungs:
         if budget.left() < 25:
             results["skipped"].append(f"profile {name}: out of budget")
             continue
         try:
             model.set_switches(Switches(**RUNGS[name]))
-            prev = set_scopes_enabled(False)
+            set_scopes_enabled(False)
             plain = generate(model, wl, caches=caches, graph_capture=cap)  # warm-up and the unprofiled timing
-            set_scopes_enabled(prev)
+            set_scopes_enabled(True)  # the profiled run opens the region scopes, as `mmprof run` does
             work = out / f".work_{name}"
             session = CaptureSession(work, quiet=True, mode="full", rank=0, world_size=1, name=f"{name}",
                                      activities="cpu" if CPU else "gpu", step_markers=())
@@ -308,7 +312,7 @@ def profiles_phase(model, a, out: Path, budget: Budget, results: dict) -> None:
                              graphs=res.graphs, notes=list(session.notes))
             path = out / f"{name}_b{b}.json.xz"
             save_profile(assemble(opts, [oc]), path)
-            Path(trace).unlink(missing_ok=True)
+            shutil.rmtree(work, ignore_errors=True)
             results["profiles"][name] = {"file": path.name, "bytes": path.stat().st_size}
             log(f"profile {name}: {path.name} ({path.stat().st_size / 1e6:.1f} MB)")
         except Exception as ex:  # noqa: BLE001
@@ -316,6 +320,8 @@ def profiles_phase(model, a, out: Path, budget: Budget, results: dict) -> None:
 
             traceback.print_exc()
             results["errors"][f"profile {name}"] = f"{type(ex).__name__}: {str(ex)[:400]}"
+        finally:
+            set_scopes_enabled(False)
         empty_cache()
     del caches
 
@@ -372,12 +378,62 @@ def sweep_phase(model, a, budget: Budget, results: dict, save) -> None:
         empty_cache()
 
 
+def prefill_phase(model, a, budget: Budget, results: dict) -> None:
+    """The prefill of the prompt at batch 1, eager and through the compiled region functions (compile_prefill):
+    the first compiled call compiles (timed apart), then `--repeats` timed calls each; the last-position logits of
+    the two compared within the bf16 reordering bound."""
+    import torch
+
+    from mmprof.runtime import Switches, Workload
+    from mmprof.runtime.kvcache import make_cache
+
+    if budget.left() < 90:
+        results["skipped"].append("prefill: out of budget")
+        return
+    caches = make_cache(model, 1, a.capacity)
+    prompt = Workload(batch=1, prompt_len=a.prompt, seed=5).tokens(model.args.vocab_size, a.device)
+    out = {}
+    for name, sw in (("eager", Switches(block_reuse=1)), ("compiled", Switches(block_reuse=1, compile_prefill=True))):
+        model.set_switches(sw)
+        times = []
+        with torch.no_grad():
+            for i in range(a.repeats + 1):
+                sync()
+                t = time.perf_counter()
+                logits = model(prompt, 0, caches, last_only=True)[:, -1].float()
+                sync()
+                times.append((time.perf_counter() - t) * 1e3)
+        out[name] = dict(first_ms=times[0], ms=statistics.median(times[1:]), repeats_ms=times[1:], logits=logits)
+    ref, got = out["eager"].pop("logits"), out["compiled"].pop("logits")
+    mag = float(ref.abs().max())
+    tol = model.args.n_layers * math.sqrt(max(model.args.hidden_size, model.args.dense_intermediate, a.prompt)) * \
+        2.0 ** (math.floor(math.log2(max(mag, 1e-30))) - 7)
+    results["prefill"] = dict(out, tokens=a.prompt, logits_max_diff=float((got - ref).abs().max()), logits_tol=tol,
+                              argmax_agree=bool(got.argmax(-1).eq(ref.argmax(-1)).all()))
+    log(f"prefill {a.prompt} tokens: eager {out['eager']['ms']:.2f} ms, compiled {out['compiled']['ms']:.2f} ms "
+        f"(compile {out['compiled']['first_ms'] / 1e3:.1f} s)")
+    del caches
+
+
 def main(argv=None) -> int:
+    from mmprof.runtime.scopes import set_scopes_enabled
+
+    prev = set_scopes_enabled(False)  # timing runs without the scopes' host work, as ladder.py / compile_rung.py
+    try:
+        return _main(argv)
+    finally:
+        set_scopes_enabled(prev)
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("outdir", nargs="?", default=os.environ.get("OUT", "."))
     p.add_argument("--preset", default="small")
+    p.add_argument("--layers", type=int, default=None, help="override the preset's layer count (CPU smoke runs)")
+    p.add_argument("--rungs", default=",".join(RUNGS))
+    p.add_argument("--profile-rungs", default="graphs,compile,kernels")
     p.add_argument("--batches", default="1,8,64")
-    p.add_argument("--phases", default="tests,timing,profiles,sweep")
+    p.add_argument("--phases", default="tests,timing,profiles,sweep,prefill")
     p.add_argument("--prompt", type=int, default=512)
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--repeats", type=int, default=5)
@@ -402,6 +458,12 @@ def main(argv=None) -> int:
     phases = a.phases.split(",")
     a.capacity = a.prompt + max(a.long, a.steps + a.warmup) + 8
     a.sweep_batches = [int(x) for x in a.sweep_batches.split(",") if x]
+    a.rungs = [r for r in a.rungs.split(",") if r]
+    a.profile_rungs = [r for r in a.profile_rungs.split(",") if r]
+    unknown = sorted(set(a.rungs + a.profile_rungs) - set(RUNGS))
+    if unknown:
+        print(f"decode_kernels: unknown rung(s) {', '.join(unknown)}; rungs are {', '.join(RUNGS)}", file=sys.stderr)
+        return 2
     global CPU
     CPU = a.device == "cpu"
     if CPU:
@@ -414,7 +476,6 @@ def main(argv=None) -> int:
     tests = start_tests(out, CPU) if "tests" in phases else None
     from mmprof.runtime import Switches, build_model, get_preset
     from mmprof.runtime.kernels import support
-    from mmprof.runtime.scopes import set_scopes_enabled
 
     results = dict(env={}, rows=[], sweep=[], profiles={}, errors={}, skipped=[], tests=None, best_configs={},
                    tuned_ms={}, configs={}, phase_s={})
@@ -428,9 +489,9 @@ def main(argv=None) -> int:
 
     import triton
 
-    set_scopes_enabled(False)
     t = time.time()
-    args = get_preset(a.preset, max_seq_len=a.capacity)
+    over = dict(max_seq_len=a.capacity) | ({"n_layers": a.layers} if a.layers else {})
+    args = get_preset(a.preset, **over)
     model = build_model(args, Switches(), device=a.device, dtype=torch.bfloat16, seed=0)
     results["env"] = dict(torch=torch.__version__, triton=triton.__version__,
                           device="cpu" if CPU else torch.cuda.get_device_name(),
@@ -445,7 +506,8 @@ def main(argv=None) -> int:
     batches = [int(x) for x in a.batches.split(",")]
     for phase, fn in (("timing", lambda: timing_phase(model, a, batches, budget, results, save)),
                       ("profiles", lambda: profiles_phase(model, a, out, budget, results)),
-                      ("sweep", lambda: sweep_phase(model, a, budget, results, save))):
+                      ("sweep", lambda: sweep_phase(model, a, budget, results, save)),
+                      ("prefill", lambda: prefill_phase(model, a, budget, results))):
         if phase in phases:
             t = time.time()
             fn()
