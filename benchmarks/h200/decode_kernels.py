@@ -340,7 +340,7 @@ def sweep_phase(model, a, budget: Budget, results: dict, save) -> None:
         model.set_switches(Switches(block_reuse=1))
         with torch.no_grad():
             tok0 = model(prompt, 0, caches, last_only=True)[:, -1].argmax(-1, keepdim=True)
-        model.set_switches(Switches(**RUNGS["kernels"]))
+        model.set_switches(Switches(**RUNGS[a.sweep_rung]))
 
         def trial() -> float:
             runner = runner_for(model, caches, b)
@@ -444,6 +444,7 @@ def _main(argv=None) -> int:
     p.add_argument("--profile-batch", type=int, default=1)
     p.add_argument("--profile-steps", type=int, default=8)
     p.add_argument("--sweep-batches", default="1,64")
+    p.add_argument("--sweep-rung", default="kernels", help="the rung re-timed per configuration (CPU smoke: graphs)")
     p.add_argument("--configs", default="", help="kernel=index,... of support.CONFIGS to start from")
     p.add_argument("--budget-s", type=float, default=290.0)
     p.add_argument("--tests-timeout-s", type=float, default=150.0)

@@ -28,7 +28,8 @@ def _script():
 def test_decode_kernels_cpu_smoke(tmp_path):
     dk = _script()
     rc = dk.main([str(tmp_path), "--device", "cpu", "--preset", "tiny", "--layers", "4", "--batches", "1",
-                  "--rungs", "graphs", "--profile-rungs", "graphs", "--phases", "timing,profiles", "--prompt", "24",
+                  "--rungs", "graphs", "--profile-rungs", "graphs", "--phases", "timing,profiles,sweep",
+                  "--sweep-batches", "1", "--sweep-rung", "graphs", "--prompt", "24",
                   "--steps", "1", "--repeats", "2", "--warmup", "1", "--short", "1", "--long", "3",
                   "--diff-repeats", "2", "--profile-steps", "2"])
     from mmprof.runtime import scopes
@@ -57,6 +58,15 @@ def test_decode_kernels_cpu_smoke(tmp_path):
     roles = set(events_of(prof).frame()["role"].dropna())  # the profiled run kept the region scopes
     assert {"moe.routed", "attn.core", "attn.qkv"} <= roles
     assert sorted(p.name for p in tmp_path.iterdir()) == ["decode_kernels.json", "graphs_b1.json.xz"]
+    # the sweep tried every alternative configuration of every kernel once and kept one per kernel (on the graph
+    # rung here, which launches none of them: the loop, not the choice, is what this checks)
+    from mmprof.runtime.kernels import support
+
+    tried = {(t["kernel"], t["config"]) for t in data["sweep"]}
+    assert tried == {(k, i) for k, alts in support.CONFIGS.items() for i in range(1, len(alts))}
+    assert set(data["best_configs"]["1"]) == set(support.CONFIGS) and data["tuned_ms"]["1"] > 0
+    for k in support.CONFIGS:
+        support.set_config(k, 0)
 
 
 def test_decode_kernels_refuses_an_unknown_rung(tmp_path, capsys):

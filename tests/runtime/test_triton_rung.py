@@ -122,3 +122,43 @@ def test_unavailable_reasons_name_the_device_and_the_shape():
     assert "multiple of 16" in shape_unsupported("triton_moe", get_preset("tiny"), 40)
     assert shape_unsupported("triton_norm_rope", odd, 40) is None
     assert shape_unsupported("triton_attention", get_preset("small"), 768) is None
+
+
+# what the general classification rules (mmprof/rules/kernels_*.toml; none written for these names) must make of
+# every Triton kernel the runtime launches, by family: the name says what the kernel is
+FAMILIES = {
+    "qk_norm_rope_kv_insert_kernel": "rope",
+    "sparse_indexer_block_score_kernel": "indexer_score",
+    "sparse_attention_decode_kernel": "sparse_attention",
+    "sparse_attention_decode_combine_kernel": "sparse_attention",
+    "decode_attention_splitk_kernel": "attention",
+    "decode_attention_combine_kernel": "attention",
+    "moe_fused_gate_logits_kernel": "moe",
+    "moe_topk_sigmoid_renorm_kernel": "moe",
+    "fused_moe_decode_gate_up_act_kernel": "grouped_gemm",
+    "fused_moe_decode_down_kernel": "grouped_gemm",
+    "fused_moe_decode_down_expert_kernel": "grouped_gemm",
+    "moe_decode_combine_sum_kernel": "moe",
+}
+
+
+def test_every_triton_kernel_is_classified_by_the_general_rules():
+    """The kernel names are read from the kernel modules' source (every `@triton.jit` function not starting with
+    `_` is a kernel a launcher starts), so a new or renamed kernel must be added here and classify."""
+    import ast
+    from pathlib import Path
+
+    from mmprof.analysis.attribution.classify import load_rules
+
+    kdir = Path(__file__).resolve().parents[2] / "mmprof" / "runtime" / "kernels"
+    names = set()
+    for p in kdir.glob("*.py"):
+        for node in ast.parse(p.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and any(
+                    ast.unparse(d).startswith("triton.jit") for d in node.decorator_list):
+                names.add(node.name)
+    names.discard("dot")  # a helper the kernels call, never launched
+    assert names == set(FAMILIES)
+    rules = load_rules()
+    got = {n: rules.classify(n).family for n in names}
+    assert got == FAMILIES
