@@ -35,7 +35,7 @@ def test_ladder_quick_cpu(tmp_path, capsys):
     assert 0.0 <= rows[0]["overlap_mean_jaccard"] <= 1.0
     out = capsys.readouterr().out
     assert "goal 3.14x decode" in out
-    assert "skipping fused+graphs, all+graphs, all+compile: CUDA/HIP graphs need a GPU" in out
+    assert "skipping fused+graphs, all+graphs, all+compile, all+kernels: CUDA/HIP graphs need a GPU" in out
 
 
 def test_ladder_graph_functions_on_cpu():

@@ -43,6 +43,8 @@ from mmprof.runtime.kernels.norm_rope_insert import qk_norm_rope_kv_insert  # no
 DIMS = (dict(nh=16, nkv=4, hd=128, rot=64, block=128, topk=16, h=2048, e=128, i=768, k=4, cap=2100) if GPU else
         dict(nh=8, nkv=2, hd=32, rot=16, block=16, topk=4, h=128, e=8, i=64, k=4, cap=100))
 DTYPES = (torch.float32, torch.bfloat16)
+# tokens for the expert tests: the last one has more (token, k) pairs than expert slots (the slot-per-program layout)
+TOKENS = (1, 2, 33) if GPU else (1, 2, 9)
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -237,7 +239,7 @@ def _routing(w, ids, scale: float, fused_slot: int | None):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [1, 2, 9])
+@pytest.mark.parametrize("n", TOKENS)
 @pytest.mark.parametrize("fused", [True, False])
 def test_fused_experts_match_the_grouped_gemm_region(dtype, n, fused):
     """moe.routed_grouped (the grouped GEMM path, the shared expert as slot E with weight 1/scale, the routed scale)
@@ -261,7 +263,7 @@ def test_both_program_layouts_are_exercised():
     """The regime switch of fused_experts: pairs <= slots -> a program per pair, else a program per slot (the
     parametrised test above must cover both at the dimensions it runs)."""
     d = DIMS
-    assert pair_major(1 * (d["k"] + 1), d["e"] + 1) and not pair_major(9 * (d["k"] + 1), d["e"] + 1)
+    assert pair_major(TOKENS[0] * (d["k"] + 1), d["e"] + 1) and not pair_major(TOKENS[-1] * (d["k"] + 1), d["e"] + 1)
 
 
 def test_experts_of_other_ranks_contribute_nothing():

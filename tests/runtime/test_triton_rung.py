@@ -29,8 +29,12 @@ def _fake_capture(step, warmup_step):
     return step
 
 
+GPU = bool(os.environ.get("MMPROF_GPU_TESTS")) and torch.cuda.is_available()
+DEV = "cuda" if GPU else "cpu"
+
+
 def _interpreter_or_gpu() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") or torch.cuda.is_available()
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") or GPU
 
 
 needs_kernels = pytest.mark.skipif(not _interpreter_or_gpu(), reason="needs TRITON_INTERPRET=1 (conftest.py) or a GPU")
@@ -39,7 +43,7 @@ needs_kernels = pytest.mark.skipif(not _interpreter_or_gpu(), reason="needs TRIT
 @pytest.fixture(scope="module")
 def tiny():
     pytest.importorskip("triton")
-    return {dt: build_model(get_preset("tiny", n_layers=4), Switches(block_reuse=2), dtype=dt, seed=0)
+    return {dt: build_model(get_preset("tiny", n_layers=4), Switches(block_reuse=2), device=DEV, dtype=dt, seed=0)
             for dt in (torch.float32, torch.bfloat16)}
 
 
