@@ -25,7 +25,7 @@ Phases (`--phases`, in this order; each writes its results as it finishes, and a
   `mmprof diff graphs_b1.json.xz kernels_b1.json.xz`.
 - sweep: for each kernel, each alternative launch configuration of runtime/kernels/support.py CONFIGS (the others
   at their best so far), the kernels rung re-captured and timed at each `--sweep-batches` batch; the best per
-  kernel is kept (best_configs, tuned_ms).
+  kernel is kept (best_configs, tuned_ms). Batch 1 by default (`--sweep-batches 1,64` for both ends).
 - prefill: the prompt's prefill at batch 1, eager and with compile_prefill (compilation timed apart), logits
   compared.
 
@@ -82,7 +82,11 @@ def start_tests(out: Path, cpu: bool) -> tuple[subprocess.Popen, object]:
         env["MMPROF_GPU_TESTS"] = "1"
         env.pop("TRITON_INTERPRET", None)
     f = open(out / "gpu_tests.txt", "w")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+    import importlib.util
+
+    # pytest-xdist where installed: the tests' time is mostly Triton compiling their kernels, on the host's cores
+    par = ["-n", "4"] if importlib.util.find_spec("xdist") else ["-p", "no:xdist"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *par,
            "tests/runtime/test_triton_kernels.py", "tests/runtime/test_triton_rung.py", "-rfE"]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT), f
 
@@ -443,11 +447,11 @@ def _main(argv=None) -> int:
     p.add_argument("--diff-repeats", type=int, default=3)
     p.add_argument("--profile-batch", type=int, default=1)
     p.add_argument("--profile-steps", type=int, default=8)
-    p.add_argument("--sweep-batches", default="1,64")
+    p.add_argument("--sweep-batches", default="1")
     p.add_argument("--sweep-rung", default="kernels", help="the rung re-timed per configuration (CPU smoke: graphs)")
     p.add_argument("--configs", default="", help="kernel=index,... of support.CONFIGS to start from")
-    p.add_argument("--budget-s", type=float, default=290.0)
-    p.add_argument("--tests-timeout-s", type=float, default=150.0)
+    p.add_argument("--budget-s", type=float, default=300.0)
+    p.add_argument("--tests-timeout-s", type=float, default=120.0)
     p.add_argument("--hbm-tb-s", type=float, default=4.8)
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                    help="cpu: a smoke run of this script (fake graph capture, TRITON_INTERPRET=1; use --preset tiny)")

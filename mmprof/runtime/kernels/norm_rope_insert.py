@@ -40,13 +40,12 @@ def _norm_rope_head(src_ptr, dst_ptr, w_ptr, cos_ptr, sin_ptr, pos, stride_cs, e
     w = tl.load(w_ptr + d, mask=dm, other=0.0).to(tl.float32)
     x = (x * rstd * (1.0 + w)).to(dt).to(tl.float32)
     if R > 0:
-        half: tl.constexpr = R // 2
-        partner = tl.where(d < half, d + half, d - half)
+        partner = tl.where(d < R // 2, d + R // 2, d - R // 2)
         pm = dm & (d < R)
         xp = tl.load(src_ptr + partner, mask=pm, other=0.0).to(tl.float32)
         wp = tl.load(w_ptr + partner, mask=pm, other=0.0).to(tl.float32)
         xp = (xp * rstd * (1.0 + wp)).to(dt).to(tl.float32)
-        rot = tl.where(d < half, -xp, xp)
+        rot = tl.where(d < R // 2, -xp, xp)
         c = tl.load(cos_ptr + pos * stride_cs + d, mask=pm, other=1.0).to(dt).to(tl.float32)
         s = tl.load(sin_ptr + pos * stride_cs + d, mask=pm, other=0.0).to(dt).to(tl.float32)
         x = tl.where(d < R, x * c + rot * s, x)

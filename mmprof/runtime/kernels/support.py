@@ -70,22 +70,25 @@ class Config:
         return f"n{self.block_n}_k{self.block_k}_m{self.block_m}_w{self.num_warps}_s{self.num_stages}"
 
 
-# Per kernel: the default first, then the alternatives the H200 sweep tries. Reasoning (batch 1, `small`):
+# Per kernel: the default first, then the alternatives the H200 sweep tries. Reasoning (batch 1, `small`): an SM
+# keeps the HBM busy when ~30 KB of loads are in flight (4.8 TB/s / 132 SMs at ~1 us of latency), i.e. per CTA
+# stages x bytes per stage, times the CTAs resident on it.
 # - gate_up: 5 experts x 1536 rows x 2048 (31.5 MB). block_n=16 rows of gate and of up per program gives
-#   5 * 768/16 = 240 programs (~2 per SM), each streaming 2 x 16 x block_k bf16 per step (16 KB at block_k=256)
-#   through 3 stages (48 KB of shared memory): enough bytes in flight per SM to run near the HBM roof. 32 rows halve
-#   the programs (120 < 132 SMs) but halve the per-step overhead; 64 is for large batches (more tokens per expert).
+#   5 * 768/16 = 240 programs (~2 per SM), each streaming 2 x 16 x 256 bf16 (16 KB) per step through 3 stages
+#   (48 KB of shared memory per CTA, ~96 KB in flight per SM). 32 rows halve the programs (120 < 132 SMs) but halve
+#   the per-step overhead; 64 is for large batches (more tokens per expert, fewer re-reads of the weights).
 # - down: per token the K1 experts' [H, I] slices (15.7 MB); block_n = rows of H per program: 16 -> 128 programs
-#   per token, each walking K1 * I (3840) in block_k steps.
+#   per token (one per SM at batch 1), so each must keep more in flight: block_k=512 -> 16 KB per stage, 3 stages.
 # - attention and the indexer read at most 16 blocks of 128 keys per KV head: one block per program step.
 # - the router reads 1 MB of fp32 weights: 4 experts x 512 of H per program (32 x 4 programs).
 CONFIGS: dict[str, tuple[Config, ...]] = {
     "gate_up": (Config(block_n=16, block_k=256, num_warps=4, num_stages=3),
+                Config(block_n=16, block_k=512, num_warps=4, num_stages=3),
                 Config(block_n=32, block_k=128, num_warps=4, num_stages=4),
-                Config(block_n=32, block_k=256, num_warps=8, num_stages=3),
                 Config(block_n=64, block_k=128, num_warps=8, num_stages=3)),
-    "down": (Config(block_n=16, block_k=256, num_warps=4, num_stages=3),
-             Config(block_n=32, block_k=128, num_warps=4, num_stages=4),
+    "down": (Config(block_n=16, block_k=512, num_warps=4, num_stages=3),
+             Config(block_n=16, block_k=256, num_warps=4, num_stages=4),
+             Config(block_n=32, block_k=256, num_warps=4, num_stages=3),
              Config(block_n=64, block_k=128, num_warps=8, num_stages=3)),
     "router": (Config(block_n=4, block_k=512, num_warps=4, num_stages=1),
                Config(block_n=8, block_k=256, num_warps=4, num_stages=1),
