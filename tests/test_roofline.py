@@ -290,3 +290,15 @@ def test_committed_compile_profile_gives_inductor_kernels_a_bound():
     assert roof.bytes[one] == pytest.approx(want)
     gathers = np.flatnonzero(np.array(["index_put" in str(n) for n in name]) & ind)
     assert len(gathers) and np.isnan(roof.efficiency[gathers]).all() and np.isnan(roof.bytes[gathers]).all()
+
+
+def test_the_runtime_fused_experts_op_gets_the_fused_moe_cost():
+    """The Triton experts' launcher is the custom op `mmprof::fused_experts` with vLLM's fused-MoE schema
+    (runtime/kernels/ops.py): the general fused-MoE formula prices it from its shapes. Batch 1 of `small`: 4 routed
+    experts + the fused shared slot, each gate/up [1536, 2048] and down [2048, 768] in bf16, read once."""
+    dims = [[1, 2048], [129, 1536, 2048], [129, 2048, 768], [1, 5], [1, 5], [], []]
+    types = [BF16, BF16, BF16, "float", "int", "Scalar", "Scalar"]
+    c = op_cost("mmprof::fused_experts", dims, types)
+    assert c.family == "grouped_gemm" and c.dtype_class == "bf16"
+    assert c.flops == 2 * 5 * (1536 * 2048 + 2048 * 768)
+    assert c.bytes == 2 * 2048 * 2 + 5 * (1536 * 2048 + 2048 * 768) * 2 + 5 * (4 + 4)

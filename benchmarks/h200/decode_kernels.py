@@ -5,8 +5,8 @@ of each kernel's launch configurations. One device call, about 5 minutes on an H
     python3 benchmarks/h200/decode_kernels.py OUTDIR          # or OUT=OUTDIR bash benchmarks/h200/run_all.sh ...
     python3 benchmarks/h200/decode_kernels.py OUTDIR --phases timing --configs gate_up=1,down=2 --vllm CFG
 
-Phases (`--phases`, in this order; each writes its results as it finishes, and a phase that would pass
-`--budget-s` is skipped and says so in the JSON):
+Phases (`--phases`, in this order: tests, timing, profiles, ablation, sweep, prefill; each writes its results as
+it finishes, and a phase that would pass `--budget-s` is skipped and says so in the JSON):
 - tests: `pytest tests/runtime/test_triton_kernels.py tests/runtime/test_triton_rung.py` with MMPROF_GPU_TESTS=1
   (every kernel against the runtime's PyTorch region functions at the `small` dimensions, bf16 and fp32; the
   switches end to end on the tiny model), in a subprocess that runs while the model is built -> gpu_tests.txt.
@@ -20,6 +20,8 @@ Phases (`--phases`, in this order; each writes its results as it finishes, and a
   what benchmarks/h200/vllm_decode.py measures for vLLM (same prompt length, lengths and repeats): the figure to
   put side by side with vLLM's. All generate() calls of a batch use one KV cache of one capacity, so no rung
   recompiles between them.
+- ablation: at batch 1, the K=4 pair all+compile / all+kernels and each kernel switch alone on the compile rung
+  (compile+norm_rope, compile+attention, compile+moe), measured as above.
 - profiles: `mmprof run`'s capture (torch.profiler, full mode, after an unprofiled warm-up run) of one
   generate() per rung at `--profile-batch` -> <rung>_b<B>.json.xz, for `mmprof report`, `verify-fastpath` and
   `mmprof diff graphs_b1.json.xz kernels_b1.json.xz`.
@@ -36,10 +38,12 @@ Results: decode_kernels.json (and the profiles, gpu_tests.txt) under OUTDIR ($OU
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -60,8 +64,13 @@ RUNGS = {  # K=1: the configuration vLLM runs (every sparse layer computes its s
     "kernels": dict(FUSED, compile=True, **KERNELS),
     "all+compile": dict(FUSED, block_reuse=4, compile=True),
     "all+kernels": dict(FUSED, block_reuse=4, compile=True, **KERNELS),
+    # one kernel switch at a time on the compile rung: what each buys, and which one fails if one does
+    "compile+norm_rope": dict(FUSED, compile=True, triton_norm_rope=True),
+    "compile+attention": dict(FUSED, compile=True, triton_attention=True),
+    "compile+moe": dict(FUSED, compile=True, triton_moe=True),
 }
-K4_BATCHES = (1,)  # the K=4 rungs (block reuse) only at batch 1: the comparison with the compile rung's 1.48 ms
+# the K=4 rungs (block reuse: the comparison with the compile rung's 1.48 ms) and the one-switch rungs at batch 1 only
+BATCH1_ONLY = ("all+compile", "all+kernels", "compile+norm_rope", "compile+attention", "compile+moe")
 
 
 def log(msg: str) -> None:
@@ -82,20 +91,20 @@ def start_tests(out: Path, cpu: bool) -> tuple[subprocess.Popen, object]:
         env["MMPROF_GPU_TESTS"] = "1"
         env.pop("TRITON_INTERPRET", None)
     f = open(out / "gpu_tests.txt", "w")
-    import importlib.util
-
     # pytest-xdist where installed: the tests' time is mostly Triton compiling their kernels, on the host's cores
     par = ["-n", "4"] if importlib.util.find_spec("xdist") else ["-p", "no:xdist"]
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *par,
            "tests/runtime/test_triton_kernels.py", "tests/runtime/test_triton_rung.py", "-rfE"]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT), f
+    # its own process group: a timeout ends pytest and its workers together
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True), f
 
 
 def finish_tests(proc, f, timeout: float, out: Path) -> dict:
     try:
         rc = proc.wait(timeout=max(1.0, timeout))
     except subprocess.TimeoutExpired:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
         rc = "timeout"
     f.close()
     tail = (out / "gpu_tests.txt").read_text().strip().splitlines()[-3:]
@@ -219,20 +228,20 @@ def compare_first_steps(model, rows: list[dict], firsts: dict) -> None:
         2.0 ** (math.floor(math.log2(max(mag, 1e-30))) - 7)
     for row in rows:
         first = firsts.get(row["rung"])
-        if first is None or row["rung"] == "compile" or row["rung"].startswith("all+"):
+        if first is None or row["rung"] == "compile" or row["rung"].startswith("all+"):  # K=4: another model
             continue
         row.update(logits_max_diff_vs_compile=float((first - ref).abs().max()), logits_tol=tol,
                    argmax_agree_vs_compile=float((first.argmax(-1) == ref.argmax(-1)).float().mean()))
 
 
-def timing_phase(model, a, batches, budget: Budget, results: dict, save) -> None:
-    """Every rung of `--rungs` at every batch (the K=4 rungs at K4_BATCHES only)."""
+def timing_phase(model, a, plan: list[tuple[int, list[str]]], budget: Budget, results: dict, save) -> None:
+    """Each (batch, rungs) of `plan`: one prefill per batch, then every rung measured on it (measure_rung)."""
     import torch
 
     from mmprof.runtime import Switches, Workload
     from mmprof.runtime.kvcache import make_cache
 
-    for b in batches:
+    for b, rungs in plan:
         caches = make_cache(model, b, a.capacity)
         prompt = Workload(batch=b, prompt_len=a.prompt, seed=3).tokens(model.args.vocab_size, a.device)
         model.set_switches(Switches(block_reuse=1))
@@ -240,11 +249,9 @@ def timing_phase(model, a, batches, budget: Budget, results: dict, save) -> None
             tok0 = model(prompt, 0, caches, last_only=True)[:, -1].argmax(-1, keepdim=True)
         floor = floor_bytes(model, b, a.prompt)
         floor_ms = floor["total"] / (a.hbm_tb_s * 1e12) * 1e3
-        firsts: dict = {}
+        firsts = a.firsts.setdefault(b, {})  # shared by the passes over a batch (the same prompt, the same cache)
         batch_rows: list[dict] = []
-        for name in a.rungs:
-            if name.startswith("all+") and b not in K4_BATCHES:
-                continue
+        for name in rungs:
             if budget.left() < 20:
                 results["skipped"].append(f"timing {name}@{b}: out of budget")
                 continue
@@ -437,7 +444,7 @@ def _main(argv=None) -> int:
     p.add_argument("--rungs", default=",".join(RUNGS))
     p.add_argument("--profile-rungs", default="graphs,compile,kernels")
     p.add_argument("--batches", default="1,8,64")
-    p.add_argument("--phases", default="tests,timing,profiles,sweep,prefill")
+    p.add_argument("--phases", default="tests,timing,profiles,ablation,sweep,prefill")
     p.add_argument("--prompt", type=int, default=512)
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--repeats", type=int, default=5)
@@ -464,6 +471,7 @@ def _main(argv=None) -> int:
     a.capacity = a.prompt + max(a.long, a.steps + a.warmup) + 8
     a.sweep_batches = [int(x) for x in a.sweep_batches.split(",") if x]
     a.rungs = [r for r in a.rungs.split(",") if r]
+    a.firsts = {}
     a.profile_rungs = [r for r in a.profile_rungs.split(",") if r]
     unknown = sorted(set(a.rungs + a.profile_rungs) - set(RUNGS))
     if unknown:
@@ -509,8 +517,14 @@ def _main(argv=None) -> int:
         log(f"gpu tests: {results['tests']}")
         save()
     batches = [int(x) for x in a.batches.split(",")]
-    for phase, fn in (("timing", lambda: timing_phase(model, a, batches, budget, results, save)),
+    main_rungs = [r for r in a.rungs if r not in BATCH1_ONLY]
+    extra = [r for r in a.rungs if r in BATCH1_ONLY]
+    # the rungs of the Done-when first (every batch), then the profiles, then the batch-1 extras
+    for phase, fn in (("timing", lambda: timing_phase(model, a, [(b, main_rungs) for b in batches], budget, results,
+                                                      save)),
                       ("profiles", lambda: profiles_phase(model, a, out, budget, results)),
+                      ("ablation", lambda: timing_phase(model, a, [(1, extra)] if extra else [], budget, results,
+                                                        save)),
                       ("sweep", lambda: sweep_phase(model, a, budget, results, save)),
                       ("prefill", lambda: prefill_phase(model, a, budget, results))):
         if phase in phases:
@@ -520,13 +534,36 @@ def _main(argv=None) -> int:
             save()
     if a.vllm:
         del model
-        torch.cuda.empty_cache()  # vLLM runs in its own process, on the memory this one gives back
+        a.firsts.clear()
+        empty_cache()  # vLLM runs in its own process, on the memory this one gives back
         results["vllm"] = run_vllm(a, out)
+        results["vs_vllm"] = versus_vllm(results["rows"], out / "vllm_decode.jsonl")
     save()
     for r in results["rows"]:
         log(f"b={r['batch']:<3d} {r['rung']:12s} {r['decode_ms_per_step']:7.3f} ms/step  diff {r['diff_ms_per_step']:7.3f}"
             f"  {r['kernels_per_step']:5d} kernels  {r['x_floor']:5.2f}x floor ({r['floor_ms']:.3f} ms)")
     return 1 if results["errors"] else 0
+
+
+def versus_vllm(rows: list[dict], path: Path) -> list[dict]:
+    """Per batch and rung: the runtime's diff_ms against vLLM's decode_ms_per_step (the same method), and the
+    speedup (vLLM / runtime)."""
+    vllm = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if d.get("engine") == "vllm" and "decode_ms_per_step" in d:
+            vllm[d["batch"]] = d
+    out = []
+    for r in rows:
+        v = vllm.get(r["batch"])
+        if v is not None:
+            out.append(dict(batch=r["batch"], rung=r["rung"], runtime_ms=r["diff_ms_per_step"],
+                            vllm_ms=v["decode_ms_per_step"], vllm_repeats_ms=v["repeats_ms"],
+                            speedup=v["decode_ms_per_step"] / r["diff_ms_per_step"]))
+    return out
 
 
 def run_vllm(a, out: Path) -> dict:

@@ -72,3 +72,16 @@ def test_decode_kernels_cpu_smoke(tmp_path):
 def test_decode_kernels_refuses_an_unknown_rung(tmp_path, capsys):
     assert _script().main([str(tmp_path), "--device", "cpu", "--rungs", "graphs,turbo"]) == 2
     assert "unknown rung(s) turbo" in capsys.readouterr().err
+
+
+def test_versus_vllm_pairs_the_same_method_per_batch(tmp_path):
+    """vllm_decode.py's JSON lines (its format: one line per batch, an error line for a batch that crashed) against
+    the runtime rows' diff_ms (the same generate-difference method): the speedup is vLLM's ms over the runtime's."""
+    lines = ['{"vllm": "0.26.0"}',
+             '{"engine": "vllm", "batch": 1, "prompt": 512, "decode_ms_per_step": 1.9, "repeats_ms": [1.9, 1.6, 2.0]}',
+             '{"engine": "vllm", "batch": 8, "error": "EngineDeadError: ..."}']
+    (tmp_path / "v.jsonl").write_text("\n".join(lines) + "\nnot json\n")
+    rows = [dict(batch=1, rung="kernels", diff_ms_per_step=0.95), dict(batch=8, rung="kernels", diff_ms_per_step=2.0)]
+    [pair] = _script().versus_vllm(rows, tmp_path / "v.jsonl")
+    assert (pair["batch"], pair["rung"], pair["vllm_ms"], pair["runtime_ms"]) == (1, "kernels", 1.9, 0.95)
+    assert pair["speedup"] == 2.0 and pair["vllm_repeats_ms"] == [1.9, 1.6, 2.0]
