@@ -228,6 +228,7 @@ class MoE(nn.Module):
         out = call(state.compiled, routed_grouped, x, w, slots, self.w13, self.w2, self.alpha, self.limit,
                    why is None, self.n_local if fuse else -1, 1.0 / self.scale, self.scale, shared)
         impl = "grouped_mm" if why is None else "grouped_bmm"
+        reason = "; ".join(filter(None, (state.kernels.get("triton_moe"), why))) if wanted else why
         log.log(layer=self.layer_id, op="moe.experts", impl=impl, requested="triton" if wanted else "grouped_mm",
-                scope=f"{p}.routed", reason=state.kernels.get("triton_moe") if wanted else why)
+                scope=f"{p}.routed", reason=reason)
         return out

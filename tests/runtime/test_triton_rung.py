@@ -111,9 +111,9 @@ def test_without_triton_the_pytorch_path_runs_and_says_why(tiny, monkeypatch):
     assert torch.equal(ref.tokens, got.tokens)
     decode = [r for r in rows if r.phase == "decode"]
     fell = [r for r in decode if r.op in KERNEL_OPS | {"moe.experts"}]
-    assert fell and all(r.requested == "triton" and r.reason == "triton is not installed" for r in fell)
+    assert fell and all(r.requested == "triton" and r.reason.startswith("triton is not installed") for r in fell)
     assert {r.impl for r in fell if r.op in KERNEL_OPS} == {"eager"}
-    assert {r.impl for r in fell if r.op == "moe.experts"} == {"grouped_mm"}
+    assert {r.impl for r in fell if r.op == "moe.experts"} <= {"grouped_mm", "grouped_bmm"}  # moe_impl's path
 
 
 def test_unavailable_reasons_name_the_device_and_the_shape():
