@@ -32,6 +32,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "export": ("mmprof.cli.export", "export", "Write a profile as a Chrome trace / Perfetto timeline with mmprof's annotations."),
     "classify": ("mmprof.cli.classify", "classify", "Kernel name -> family, variant, library and path, with coverage."),
     "rules": ("mmprof.cli.rules", "rules", "Every check code (FP, SH): what it does, why, an example, known problems."),
+    "store": ("mmprof.cli.store", "store", "Keep runs in a Parquet profile store: mmprof store add PROFILE --store DIR."),
+    "query": ("mmprof.cli.query", "query", "SQL over a profile store with DuckDB: kernels, steps, regions, checks."),
+    "history": ("mmprof.cli.history", "history", "Step time, top regions and variants over stored runs; --check gates CI."),
 }
 
 

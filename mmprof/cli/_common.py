@@ -48,6 +48,22 @@ graph_ref_option = click.option(
          "the input explains take the ops of the same kernel sequence there (docs/graphs.md).")
 
 
+store_option = click.option(
+    "--store", "store", metavar="DIR", envvar="MMPROF_STORE", show_envvar=True,
+    help="A profile store (a folder of Parquet files, docs/scale.md): the run is added to it.")
+required_store_option = click.option(
+    "--store", "store", metavar="DIR", envvar="MMPROF_STORE", show_envvar=True, required=True,
+    help="The profile store (a folder of Parquet files written by `mmprof store add`, docs/scale.md).")
+
+
+def add_to_store(store: str, profile, name: str, **overrides):
+    """Add one Profile to the store named by --store (the run's metadata from the profile, `overrides` first);
+    returns the store's RunInfo."""
+    from mmprof.store.catalog import add_profile  # pyarrow is imported only when a store is named
+
+    return add_profile(store, profile, name, overrides)
+
+
 def load_ref(graph_ref: str | None):
     """The --graph-ref profile (or trace), or None."""
     # imported here, not at the top: commands that read no trace (rules, --help) never load pandas/numpy

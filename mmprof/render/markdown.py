@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from mmprof.render.safe import visible
-from mmprof.units import fmt_ns, fmt_pct
+from mmprof.units import fmt_ns, fmt_ns_pair, fmt_pct
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-!|~])")
 
@@ -30,17 +30,39 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
+def _compared_md(d) -> list[str]:
+    """The what-is-compared table, the flags and the profiler's cost, before the verdict."""
+    comp = getattr(d, "compared", None)
+    out: list[str] = []
+    if comp is not None:
+        rows = [[md_escape(r.label), md_escape(r.before), md_escape(r.after), "≠" if r.same is False else ""]
+                for r in comp.rows if not (r.before == "unknown" and r.after == "unknown")]
+        out += _table(["what is compared", md_escape(d.before), md_escape(d.after), ""], rows) + [""]
+    out += [x for w in (getattr(d, "preface", []) or []) for x in (f"> ⚠ {md_escape(w)}", "")]
+    for side in ("before", "after"):
+        t = (d.plain or {}).get(side)
+        if t:
+            cost = f"; profiler's cost {t['cost']:.2f}x" if t.get("cost") else ""
+            out += [f"- plain {side}: {md_escape(t['text'] + cost)}"]
+    out += [f"- profiler: {md_escape(c)}" for c in (comp.caveats if comp else [])]
+    return out + ([""] if out and out[-1] != "" else [])
+
+
 def diff_markdown(d, top: int = 10) -> str:
-    """The DiffResult as a Markdown comment: verdict first, then tables."""
+    """The DiffResult as a Markdown comment: what is compared, the verdict and its reasons, then tables."""
     lines = [f"### mmprof diff: {md_escape(d.before)} → {md_escape(d.after)} ({md_escape(d.phase)}"
              + (f", rank {d.rank}" if d.rank is not None else "") + ")", ""]
     pre = list(getattr(d, "preface", []) or [])
-    lines += [x for w in pre for x in (f"> ⚠ {md_escape(w)}", "")]  # what is compared, before the verdict
+    lines += _compared_md(d)
     lines += [f"**Verdict:** {md_escape(d.verdict)}", ""]
-    if d.plain:  # the timing without the profiler, right under the profiled verdict
-        lines += [md_escape(d.plain["text"]), ""]
-    lines += _table(["phase", "before", "after", "change"],
-                    [[md_escape(s.phase), fmt_ns(s.before_ns), fmt_ns(s.after_ns), fmt_pct(s.change, True)] for s in d.steps])
+    ans = getattr(d, "answer", None)
+    if ans is not None:
+        lines += [f"- {md_escape(('missing data' if k == 'missing' else k) + ': ' + t)}" for k, t in ans.lines]
+        lines += [f"- {md_escape(s.line)}" for s in d.steps if s.phase != d.phase and s.line] + [""]
+    lines += _table(["phase", "before", "after", "change", "noise band", "steps"],
+                    [[md_escape(s.phase), *fmt_ns_pair(s.before_ns, s.after_ns), fmt_pct(s.change, True),
+                      (f"{s.band['lo']:+.1%} to {s.band['hi']:+.1%}" + (" (within noise)" if s.within_noise else ""))
+                      if s.band else "-", f"{s.before_steps} / {s.after_steps}"] for s in d.steps])
     lines += ["", f"**Where the wall time went ({md_escape(d.phase)})**", ""]
     lines += _table(["category", "before", "after", "delta"],
                     [[(f"**{c.label}**" if c.category in d.dominant else c.label), fmt_pct(c.before_share),
@@ -69,8 +91,7 @@ def diff_markdown(d, top: int = 10) -> str:
             body.append(row)
         lines += _table(header, body) + ["", "</details>"]
     for n in d.notes:
-        if not (d.plain and n == d.plain["text"]):
-            lines += ["", f"_note: {md_escape(n)}_"]
+        lines += ["", f"_note: {md_escape(n)}_"]
     for w in d.warnings:
         if w not in pre:
             lines += ["", f"> ⚠ {md_escape(w)}"]
