@@ -215,6 +215,26 @@ def test_header_and_container_shapes_are_refused_before_decoding(doc, needle, tm
     assert code == 2 and needle in _one_error(err)
 
 
+@pytest.mark.parametrize("item", [b"1", b"[]", b'"a"'])
+def test_streaming_reader_hands_bare_values_to_the_counting_path(item, monkeypatch):
+    """`{"traceEvents":[1,1,...]}` has no `},{` between its elements: the streaming reader once decoded all of it
+    as one piece (4.1 GiB for 128 MiB of JSON, benchmarks/bomb_memory.py kineto_bare_ints); past NO_BOUND_LIMIT of
+    such text it now gives the document to the whole-document path, which counts elements in windows."""
+    from mmprof.importers import _kineto_stream as ks
+
+    monkeypatch.setattr(ks, "PIECE_BYTES", 1024)
+    monkeypatch.setattr(ks, "NO_BOUND_LIMIT", 8 * 1024)
+    body = b'{"traceEvents":[' + b",".join([item] * 20_000) + b"]}"
+    chunks = [body[i:i + 4096] for i in range(0, len(body), 4096)]
+    out = list(ks.pieces(iter(chunks)))
+    assert out[-1] == ("fallback", b"")
+    assert all(len(d) <= 16 * 1024 for k, d in out if k == "head")
+    # a real-shaped array of the same size is cut into pieces, never handed over
+    events = b'{"traceEvents":[' + b",".join([b'{"ph":"X","ts":1}'] * 5_000) + b"]}"
+    kinds = [k for k, _ in ks.pieces(iter([events[i:i + 4096] for i in range(0, len(events), 4096)]))]
+    assert kinds[0] == "head" and kinds[-1] == "tail" and kinds.count("events") > 5
+
+
 def test_head_scan_finds_the_event_array_whatever_the_chunking():
     """The streaming reader's head scan (mmprof.importers._kineto_stream._HeadScan) fed a real trace's head in
     chunks of 1-7 bytes finds the same offset as fed the whole head at once; strings holding brackets, braces,

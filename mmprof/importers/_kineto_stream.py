@@ -46,6 +46,7 @@ PIECE_BYTES = 2 << 20        # events text per piece (a piece's Structs live onl
 HEAD_LIMIT = 256 << 20       # the top-level "traceEvents" key must come within this many bytes
 TAIL_LIMIT = 1 << 20         # the text after the array's "]" (traceName, displayTimeUnit, ...) is at most this
 MAX_JOINS = 8                # wrong cuts joined with the next piece before the text is called invalid JSON
+NO_BOUND_LIMIT = 8 * PIECE_BYTES  # event text without one `},{` between events: bare values, not events
 
 KINDS: dict[str, frozenset] = {"kernel": frozenset(KERNEL_CATS), "runtime": frozenset(RUNTIME_CATS),
                                "op": frozenset(OP_CATS), "ann": frozenset(ANN_CATS),
@@ -199,6 +200,9 @@ def pieces(chunks: Iterator[bytes], where: str = "trace") -> Iterator[tuple[str,
         while len(buf) >= 2 * PIECE_BYTES:
             m = _BOUND.search(buf, PIECE_BYTES)
             if m is None:
+                if len(buf) > NO_BOUND_LIMIT:  # no `},{` in this much text: not an array of events; the
+                    yield "fallback", b""   # whole-document path counts its elements in windows and says why
+                    return
                 break
             yield "events", (buf[:m.start() + 1], buf[m.start() + 1:m.end() - 1])
             buf = buf[m.end() - 1:]
@@ -215,6 +219,9 @@ def pieces(chunks: Iterator[bytes], where: str = "trace") -> Iterator[tuple[str,
     while len(body) > 2 * PIECE_BYTES:  # the text read after the last cut, in pieces of their own
         m = _BOUND.search(body, PIECE_BYTES)
         if m is None:
+            if len(body) > NO_BOUND_LIMIT:
+                yield "fallback", b""
+                return
             break
         yield "events", (body[:m.start() + 1], body[m.start() + 1:m.end() - 1])
         body = body[m.end() - 1:]
