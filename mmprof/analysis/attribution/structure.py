@@ -145,8 +145,9 @@ def _module_region(tree: ModuleTree, chain: list[str]) -> Region | None:
             r = "moe.routed"
         else:
             r = rules.context_role(kind, parent_kind)
-        # a module inside experts / the shared expert / the indexer keeps that role (their linears, norms)
-        if r is not None and not (role in _KEEP and r not in ("moe.routed", "moe.shared", "attn.indexer")):
+        # a module inside experts / the shared expert / the indexer keeps that role (their linears, norms); the
+        # router vLLM's fused-MoE runner calls inside itself (rules/roles.toml) is the router
+        if r is not None and not (role in _KEEP and r not in ("moe.routed", "moe.shared", "moe.router", "attn.indexer")):
             role = r
         parent_kind = kind
     if role is None:
