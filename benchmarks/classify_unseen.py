@@ -34,7 +34,8 @@ CORPORA = {"seen": ROOT / "tests" / "data" / "kernel_corpus" / "corpus.tsv",
            "unseen": ROOT / "tests" / "data" / "kernel_corpus_unseen" / "corpus.tsv",
            "families": ROOT / "tests" / "data" / "kernel_corpus_families" / "corpus.tsv"}
 # source column prefix -> source key (the `sources` tags of the rules use these keys)
-SOURCE_KEYS = (("trace:samples/vllm", "vllm-traces"), ("trace:gpu2/families", "vllm-families"), ("wheel:vllm-", "vllm"), ("wheel:sgl-kernel", "sgl-kernel"),
+SOURCE_KEYS = (("trace:samples/vllm", "vllm-traces"), ("trace:gpu2/families", "vllm-families"),
+               ("wheel:vllm-", "vllm"), ("wheel:sgl-kernel", "sgl-kernel"),
                ("wheel:flashinfer", "flashinfer"), ("wheel:amd-aiter", "aiter"),
                ("wheel:fbgemm_gpu_genai", "fbgemm_genai"), ("wheel:fbgemm_gpu", "fbgemm"),
                ("wheel:bitsandbytes", "bitsandbytes"), ("wheel:sglang", "sglang"),

@@ -86,8 +86,12 @@ def main(argv: list[str]) -> None:
                           "checks": sum(r["checks"] for r in rows),
                           "checks_wrong": sum(len(r["wrong"]) for r in rows),
                           "checks_abstained": sum(len(r["abstained"]) for r in rows),
-                          "unknown_time_share": round(sum(r["unknown_time_share"] * r["kernel_ns"] for r in rows) / ns, 4),
-                          "no_library_time_share": round(sum(r["no_library_time_share"] * r["kernel_ns"] for r in rows) / ns, 4)}))
+                          "unknown_time_share": _weighted(rows, "unknown_time_share", ns),
+                          "no_library_time_share": _weighted(rows, "no_library_time_share", ns)}))
+
+
+def _weighted(rows: list[dict], key: str, ns: int) -> float:
+    return round(sum(r[key] * r["kernel_ns"] for r in rows) / ns, 4)
 
 
 if __name__ == "__main__":
