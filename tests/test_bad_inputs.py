@@ -215,6 +215,21 @@ def test_header_and_container_shapes_are_refused_before_decoding(doc, needle, tm
     assert code == 2 and needle in _one_error(err)
 
 
+def test_streaming_import_counts_elements_without_ph_against_the_density_bound(tmp_path, capsys, monkeypatch):
+    """`{"ts":1}` elements carry no "ph" key, so the byte counter never sees them: the streaming import read 20M
+    of them and exited 0 with an empty profile (benchmarks/bomb_memory.py kineto_events_without_ph). The decoded
+    elements now count against the events-per-compressed-byte bound as they are decoded."""
+    monkeypatch.delenv("MMPROF_MAX_EVENTS", raising=False)
+    from mmprof import fileio
+
+    n = 2 * fileio.EVENTS_DENSITY_FLOOR + 1000
+    f = tmp_path / "t.json.gz"
+    f.write_bytes(gzip.compress(b'{"traceEvents":[' + b",".join([b'{"ts":1}'] * n) + b"]}", 9))
+    code, _, err = _cli(["import", "--format", "kineto", f, "-o", tmp_path / "o.json"], capsys)
+    assert code == 2 and "per compressed byte" in _one_error(err)
+    assert not (tmp_path / "o.json").exists()
+
+
 @pytest.mark.parametrize("item", [b"1", b"[]", b'"a"'])
 def test_streaming_reader_hands_bare_values_to_the_counting_path(item, monkeypatch):
     """`{"traceEvents":[1,1,...]}` has no `},{` between its elements: the streaming reader once decoded all of it

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from mmprof.fileio import check_events, iter_bytes
+from mmprof.fileio import check_density, check_events, iter_bytes
 from mmprof.importers import _kineto_stream as ks
 from mmprof.importers._kineto_rank import (
     ANN_CATS,
@@ -571,6 +571,15 @@ class ColumnRankImporter(RankImporter):
 
 
 # -- reading ----------------------------------------------------------------------------------------------
+def _limits(n: int, where: str, watch) -> None:
+    """The event limits on the elements decoded so far (every element counts, with a "ph" key or not: the byte
+    counter of `watch` sees only the keys): the cap, and for a gzip the events per compressed byte."""
+    check_events(n, where)
+    compressed = getattr(watch, "compressed", None)
+    if compressed is not None:
+        check_density(n, compressed, where)
+
+
 def gather(path: Path, watch, jobs: int) -> tuple[str, Any, Gathered | bytes]:
     """Read and decode the file: ('ok', header Trace, Gathered) or ('fallback', None, b'') when its shape is not
     the streamable one (the caller reads it whole)."""
@@ -607,7 +616,7 @@ def gather(path: Path, watch, jobs: int) -> tuple[str, Any, Gathered | bytes]:
             if pool is None:
                 try:
                     g.add(ks.decode_piece(text))
-                    check_events(g.events, where)
+                    _limits(g.events, where, watch)
                     carry, joins = b"", 0
                 except ks.WrongCut:
                     if joins >= ks.MAX_JOINS:
@@ -616,12 +625,12 @@ def gather(path: Path, watch, jobs: int) -> tuple[str, Any, Gathered | bytes]:
                 continue
             pending.append((text, sep, pool.submit(ks.decode_piece, text)))
             while len(pending) > 2 * jobs:
-                if _drain_one(pending, g, where, pool):
+                if _drain_one(pending, g, where, pool, watch):
                     return "fallback", None, b""
         if carry:
             return "fallback", None, b""
         while pending:
-            if _drain_one(pending, g, where, pool):
+            if _drain_one(pending, g, where, pool, watch):
                 return "fallback", None, b""
     finally:
         if pool is not None:
@@ -629,14 +638,14 @@ def gather(path: Path, watch, jobs: int) -> tuple[str, Any, Gathered | bytes]:
     return "ok", ks.decode_header(head, tail, shape_array, where), g
 
 
-def _drain_one(pending: deque, g: Gathered, where: str, pool) -> bytes:
+def _drain_one(pending: deque, g: Gathered, where: str, pool, watch) -> bytes:
     """Add the oldest decoded piece; a wrong cut is decoded again joined with the next piece (in this process)."""
     text, sep, fut = pending.popleft()
     try:
         piece = fut.result()
         WORKER_CPU_S[0] += piece["cpu_s"]
         g.add(piece)
-        check_events(g.events, where)
+        _limits(g.events, where, watch)
         return b""
     except ks.WrongCut:
         for _ in range(ks.MAX_JOINS):
@@ -647,7 +656,7 @@ def _drain_one(pending: deque, g: Gathered, where: str, pool) -> bytes:
             text, sep = text + sep + nxt, sep2
             try:
                 g.add(ks.decode_piece(text))
-                check_events(g.events, where)
+                _limits(g.events, where, watch)
                 return b""
             except ks.WrongCut:
                 continue
