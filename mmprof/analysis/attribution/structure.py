@@ -314,6 +314,25 @@ def regions(profile: Any, table: str, rows: np.ndarray | None = None, index: Str
     return out
 
 
+def anchor_roles(profile: Any, index: StructureIndex, table: str, mask: np.ndarray) -> np.ndarray:
+    """Per row of `table`: the part the engine op anchor above its launch names (rules/roles.toml [[op]]), where
+    `mask` is set; None elsewhere and where no anchor is above it. The part without a layer: for the kernels whose
+    layer no module tree gave (compiled vLLM layers, a trace without `with_stack`)."""
+    n = profile.n(table)
+    out = np.full(n, None, dtype=object)
+    rows = np.flatnonzero(mask)
+    if not len(rows) or not profile.n("ops") or not roles().ops:
+        return out
+    op = _op_of(profile, table, rows)
+    has = op >= 0
+    if not has.any():
+        return out
+    inv, uniq = pd.factorize(op[has])
+    got = np.array([index.anchor_of(int(o))[1] for o in np.asarray(uniq).tolist()], dtype=object)
+    out[rows[has]] = got[inv]
+    return out
+
+
 def _op_of(profile: Any, table: str, rows: np.ndarray) -> np.ndarray:
     """The CPU op behind each row: the row itself for ops, else its `op` (or its launch's op)."""
     if table == "ops":

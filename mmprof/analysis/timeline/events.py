@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.attribution import inductor
+from mmprof.analysis.attribution import inductor, layer_order
 from mmprof.analysis.attribution.classify import COMM_FAMILIES, DATA_MOVEMENT_FAMILIES, RuleSet, classify_names, default_rules
 from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
 from mmprof.analysis.attribution.graph_align import align_replays
-from mmprof.analysis.attribution.structure import Regions, StructureIndex, regions
+from mmprof.analysis.attribution.structure import Regions, StructureIndex, anchor_roles, regions
 from mmprof.labels import is_marker, parse_label
 
 CAT_COMPUTE, CAT_MEMORY, CAT_UNATTR, CAT_COMM, CAT_MEMCPY = range(5)
@@ -251,12 +251,22 @@ def _outside_model(profile, table: str, reg: Regions) -> None:
     the module tree exists, so that a trace without module events is never read as all-engine."""
     t = profile.tables[table]
     n = profile.n(table)
-    if not n or "scope_path" not in t:
+    if not n:
         return
     cand = (reg.region == None) & (t["graph"] < 0)  # noqa: E711
     if not cand.any():
         return
-    codes = t["scope_path"].astype(np.int64)
+    if "scope_path" in t:
+        codes = t["scope_path"].astype(np.int64)
+    else:  # copies keep no scope path of their own: their launching op's (a copy with no op is left alone)
+        op = t["op"].astype(np.int64) if "op" in t else np.full(n, -1, np.int64)
+        O = profile.tables["ops"]
+        if "scope_path" not in O or not profile.n("ops"):
+            return
+        cand &= op >= 0
+        codes = np.where(op >= 0, O["scope_path"][np.clip(op, 0, None)], -1).astype(np.int64)
+        if not cand.any():
+            return
     uniq, inv = np.unique(codes[cand], return_inverse=True)
     outside = np.array([c < 0 or "nn.Module: " not in (profile.string(int(c)) or "") for c in uniq.tolist()],
                        dtype=bool)
@@ -296,9 +306,14 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     cat[nk:] = CAT_MEMCPY
     index = StructureIndex(profile)
     reg_k = regions(profile, "kernels", krows, index, shape_regions)
-    # graph replays with no op: regions from the eager kernels (families per kernel only when something replayed)
-    kfam = fam_u[inv] if nk and (K["graph"] >= 0).any() else np.full(nk, "", dtype=object)
+    kfam = fam_u[inv] if nk else np.full(nk, "", dtype=object)
     ind = inductor.attribute(profile, "kernels", reg_k, K["graph"] < 0)  # before the replays take eager regions
+    # eager kernels nothing named (compiled code runs no module: vLLM's projections under torch.compile) placed by
+    # the order of the layer's parts, on each rank's main stream, before the replays learn from the eager kernels
+    eager = K["graph"] < 0
+    hints = anchor_roles(profile, index, "kernels", eager & (reg_k.region == None))  # noqa: E711
+    layer_order.fill(profile, reg_k, kfam, eager, streams=layer_order.main_streams(profile, eager), hints=hints)
+    # graph replays with no op: regions from the eager kernels, their side streams and the layer order
     replay_align = align_replays(profile, reg_k, kfam)
     _sampler_by_family(reg_k, fam_u, inv)
     inductor.summarize(profile, "kernels", reg_k, ind)

@@ -1,0 +1,246 @@
+"""The order of a pre-norm decoder layer's parts, and the kernels placed by it.
+
+Every decoder layer of the model families mmprof reads (vLLM's and transformers' `*DecoderLayer.forward`: Llama,
+Qwen2/3(-MoE), Mixtral, DeepSeek V2/V3 (MLA), GLM-4.5, gpt-oss, MiniMax M3) runs its parts in one order on the
+main stream:
+
+    input norm (0), qkv projection (1), q/k norm + RoPE (2), indexer (3), attention (4), o_proj (5),
+    post-attention norm (6), router (7), experts / shared expert / dense MLP (8)
+
+`ORDER` holds that order (a norm is the input or the post-attention norm), `place` the layer a part sits in between
+two placed kernels. `mmprof.analysis.attribution.inductor` uses it for Inductor kernels (their op names give the
+part); `fill` here for every other kernel no annotation, module, engine op or graph-replay alignment placed, with
+the parts its *family* can be (rules/roles.toml `[[family]]`: a GEMM is a projection, the router, an expert or
+the dense MLP; an attention kernel is the attention; ...). Between two placed kernels on one stream of one step:
+
+- the candidates are the (layer, part) pairs of the kernel's family that the order allows between them; it is
+  placed when exactly one is left (label source `order`), never by a choice between two;
+- a dense MLP only in a layer whose other kernels say it is dense, a MoE part only in a layer with MoE kernels;
+- nothing is placed between two kernels of one region (another part can run inside it: M3 runs its shared expert
+  between the router GEMM and the router's top-k when the side stream is off);
+- three facts of the decoder layer's code decide where the order alone cannot: the first GEMM after the input
+  norm is the QKV projection (every attention starts with its input projection), the last GEMM before the
+  post-attention norm is o_proj (GEMMs between the attention kernel and it run inside the attention: MLA's
+  W_UV up-projection), and the first GEMM after the post-attention norm is the router when the router's top-k
+  follows with nothing placed between.
+
+Placed kernels are anchors for the next pass. A kernel it cannot place stays unattributed (never guessed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mmprof.labels import region_name, roles
+
+# the order of a pre-norm decoder layer's parts; a norm is the input (0) or the post-attention (6) norm
+ORDER: dict[str, tuple[int, ...]] = {
+    "norm": (0, 6), "attn.qkv": (1,), "attn.norm_rope": (2,), "attn.indexer": (3,), "attn.core": (4,),
+    "attn.o_proj": (5,), "moe.router": (7,), "moe": (8,), "moe.shared": (8,), "moe.routed": (8,), "mlp": (8,),
+    "mlp.act": (8,)}
+MODEL_ROLES = ("embed", "final_norm", "lm_head", "sampler", "rope", "engine")
+SOURCE = "order"
+_PASSES = 8
+_MOE = ("moe.router", "moe.routed", "moe.shared", "moe")
+_REDUCE = ("splitKreduce", "reduce_1Block", "splitk_reduce", "SplitKReduce")  # a split-K GEMM's second kernel
+
+
+def place(role: str, prev: tuple[int, int] | None, nxt: tuple[int, int] | None) -> int | None:
+    """Layer of a layer-level role between anchors prev / next ((layer, ord)); -2: the final norm; None."""
+    ords = ORDER.get(role)
+    if ords is None:
+        return None
+    after = prev is not None and any(o >= prev[1] for o in ords)
+    before = nxt is not None and any(o <= nxt[1] for o in ords)
+    if prev is not None and nxt is not None:
+        if prev[0] == nxt[0]:
+            return prev[0] if after and before else None
+        if nxt[0] != prev[0] + 1 or after == before:
+            return None
+        return prev[0] if after else nxt[0]
+    if prev is not None:
+        return prev[0] if after else (-2 if role == "norm" else None)
+    if nxt is not None:
+        return nxt[0] if before else None
+    return None
+
+
+def anchor_ord(roles_: list[str], as_prev: bool) -> int:
+    """The ord an anchor with these roles stands for (a norm could be either norm: the permissive end, which
+    gives more ties and so fewer placements, never a guess)."""
+    ords = [o for r in roles_ for o in ORDER.get(r, ())]
+    if not ords:
+        return 8 if as_prev else 0
+    return min(ords) if as_prev else max(ords)
+
+
+@dataclass
+class OrderStats:
+    kernels: int = 0
+    ns: int = 0
+    by_role: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kernels": self.kernels, "ns": self.ns, "by_role": dict(self.by_role)}
+
+
+def _ord_of(role: str, prev: tuple[int, int] | None, nxt: tuple[int, int] | None, layer: int) -> int:
+    """The ord `role` takes when placed in `layer` between prev / next (a norm: the input or post norm)."""
+    ords = ORDER[role]
+    if len(ords) == 1:
+        return ords[0]
+    if prev is not None and prev[0] == layer and any(o >= prev[1] for o in ords):
+        return max(o for o in ords if o >= prev[1])
+    return min(ords)
+
+
+def fill(profile: Any, reg: Any, family: np.ndarray, eligible: np.ndarray, stats: OrderStats | None = None,
+         streams: np.ndarray | None = None, hints: np.ndarray | None = None) -> OrderStats:
+    """Place kernels (rows of the kernels table where `eligible`) that `reg` leaves unplaced, by the layer-part
+    order between placed kernels of one (rank, step, stream) in device start order (see the module docstring).
+    `family` is each kernel's family; `streams`, when given, limits the placement to those (rank, stream) keys
+    (the main streams: a side stream runs the shared expert only, not a layer's program); `hints`, when given,
+    the part an engine op names for a kernel whose layer nothing gave (`_moe_C::topk_softmax` is the router's:
+    rules/roles.toml [[op]]): then that part is its only candidate. Writes into `reg`."""
+    st = stats or OrderStats()
+    n = profile.n("kernels")
+    fam_roles = roles().families
+    if not n or not fam_roles:
+        return st
+    K = profile.tables["kernels"]
+    fam = np.asarray(family, dtype=object)
+    hint = np.full(n, None, dtype=object) if hints is None else np.asarray(hints, dtype=object)
+    has_roles = np.array([f in fam_roles or h in ORDER for f, h in zip(fam.tolist(), hint.tolist())], dtype=bool) \
+        if n else np.zeros(0, bool)
+    cand = eligible & has_roles & np.asarray(reg.region == None)  # noqa: E711
+    if not cand.any():
+        return st
+    step = K["step"].astype(np.int64)
+    grp = np.where(step >= 0, step, np.where(K["graph"] >= 0, -2 - K["graph"], -1))
+    key = np.stack([K["rank"].astype(np.int64), grp, K["stream"].astype(np.int64)], axis=1)
+    if streams is not None:
+        ok = np.zeros(n, bool)
+        for r, s in streams:
+            ok |= (K["rank"] == r) & (K["stream"] == s)
+        cand &= ok
+    names = K["name"]
+    for k in np.unique(key[cand], axis=0).tolist():
+        rows = np.flatnonzero((key == np.array(k)).all(axis=1))
+        rows = rows[np.lexsort((rows, K["start_ns"][rows]))]
+        _fill_group(profile, reg, rows, fam, fam_roles, names, K["dur_ns"], st, hint)
+    return st
+
+
+def main_streams(profile: Any, rows_mask: np.ndarray) -> np.ndarray:
+    """(rank, stream) of each rank's main stream: the one most of its kernels in `rows_mask` ran on."""
+    K = profile.tables["kernels"]
+    out = []
+    for r in np.unique(K["rank"][rows_mask]).tolist():
+        st = K["stream"][rows_mask & (K["rank"] == r)]
+        u, c = np.unique(st, return_counts=True)
+        out.append((r, int(u[np.argmax(c)])))
+    return np.array(out, np.int64).reshape(-1, 2)
+
+
+def _is_reduce(profile: Any, code: int) -> bool:
+    s = profile.string(int(code)) or ""
+    return any(r in s for r in _REDUCE)
+
+
+def _fill_group(profile, reg, rows, fam, fam_roles, names, dur, st: OrderStats, hint: np.ndarray) -> None:
+    """One (rank, step, stream): passes over the runs of unplaced kernels between anchors."""
+    for _ in range(_PASSES):
+        region = reg.region[rows]
+        placed = np.asarray(region != None)  # noqa: E711
+        layer = reg.layer[rows]
+        role = reg.role[rows]
+        model = placed & (layer < 0)
+        anchor = placed & (layer >= 0)
+        # the layers whose kernels say what their MLP is
+        kinds: dict[int, set[str]] = {}
+        for lay, r, f in zip(layer[anchor].tolist(), role[anchor].tolist(), fam[rows[anchor]].tolist()):
+            kinds.setdefault(lay, set()).update(str(r).split("+"))
+            if r == "moe.router" and f == "gemm":
+                kinds[lay].add("router-gemm")
+        new = 0
+        pos = np.flatnonzero(placed)
+        for a, b in zip(pos[:-1].tolist(), pos[1:].tolist()):
+            if b - a < 2 or model[a] or model[b]:
+                continue
+            if region[a] == region[b] and role[a] != "norm":
+                continue  # another part can run inside one region: no order between its kernels (a layer's two
+                #          norms share the region name `layers.k.norm`: between them runs its attention)
+            pa = (int(layer[a]), anchor_ord(str(role[a]).split("+"), True))
+            pb = (int(layer[b]), anchor_ord(str(role[b]).split("+"), False))
+            if pb[0] not in (pa[0], pa[0] + 1):
+                continue
+            run = list(range(a + 1, b))
+            got = _decide_run(profile, rows, run, pa, pb, fam, fam_roles, names, kinds, role[a], role[b], hint)
+            for j, (lay, r) in got.items():
+                i = rows[j]
+                reg.layer[i], reg.role[i], reg.region[i], reg.source[i] = lay, r, region_name(lay, r), SOURCE
+                st.kernels += 1
+                st.ns += int(dur[i])
+                st.by_role[r] = st.by_role.get(r, 0) + int(dur[i])
+                new += 1
+        if not new:
+            return
+
+
+def _gemm_groups(profile, rows, run, fam, names) -> list[list[int]]:
+    """The GEMMs of a run, each with its split-K reduce kernel (cuBLAS: a GEMM and `splitKreduce_kernel`, a GEMV and
+    `reduce_1Block_kernel`), in order."""
+    out: list[list[int]] = []
+    for j in run:
+        if fam[rows[j]] != "gemm":
+            continue
+        if out and _is_reduce(profile, names[rows[j]]) and out[-1][-1] == j - 1:
+            out[-1].append(j)
+        else:
+            out.append([j])
+    return out
+
+
+def _decide_run(profile, rows, run, pa, pb, fam, fam_roles, names, kinds, role_a, role_b, hint) -> dict[int, tuple]:
+    """(layer, role) for the kernels of one run between anchors pa and pb that the order fixes."""
+    got: dict[int, tuple[int, str]] = {}
+    gemms = [g for g in _gemm_groups(profile, rows, run, fam, names) if hint[rows[g[0]]] is None]
+    ra, rb = set(str(role_a).split("+")), set(str(role_b).split("+"))
+    lay = pa[0]
+    k = kinds.get(lay, set())
+    if gemms and pb[0] == lay:
+        # the three facts of the decoder layer's code (module docstring); `a` is a norm of `lay` followed, in the
+        # same layer, by attention parts (its input norm) or by MoE parts (its post-attention norm)
+        if "norm" in ra and 1 <= pb[1] <= 5 and "attn.qkv" not in rb and "attn.qkv" not in k:
+            for j in gemms[0]:
+                got[j] = (lay, "attn.qkv")
+        elif ra & {"attn.core", "attn.indexer"} and "norm" in rb and "attn.o_proj" not in k:
+            for j in gemms[-1]:
+                got[j] = (lay, "attn.o_proj")
+            for g in gemms[:-1]:
+                for j in g:
+                    got[j] = (lay, "attn.core")
+        elif "norm" in ra and rb and rb <= set(_MOE) and "router-gemm" not in k:
+            for j in gemms[0]:
+                got[j] = (lay, "moe.router")
+    for j in run:
+        if j in got:
+            continue
+        opts = set()
+        h = hint[rows[j]]
+        for r in ((h,) if h in ORDER else fam_roles.get(fam[rows[j]], ())):
+            at = place(r, pa, pb)
+            if at is None or at < 0:
+                continue
+            ka = kinds.get(at, set())
+            if r == "mlp" and (ka & set(_MOE) or "mlp" not in ka):
+                continue  # a dense MLP only where the layer's other kernels say it is dense
+            if r in _MOE and not (ka & set(_MOE)):
+                continue  # a MoE part only in a layer with MoE kernels
+            opts.add((at, r))
+        if len(opts) == 1:
+            got[j] = opts.pop()
+    return got
