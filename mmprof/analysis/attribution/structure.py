@@ -145,8 +145,10 @@ def _module_region(tree: ModuleTree, chain: list[str]) -> Region | None:
             r = "moe.routed"
         else:
             r = rules.context_role(kind, parent_kind)
-        # a module inside experts / the shared expert / the indexer keeps that role (their linears, norms)
-        if r is not None and not (role in _KEEP and r not in ("moe.routed", "moe.shared", "attn.indexer")):
+        # a module inside experts / the shared expert / the indexer keeps that role (their linears, norms); the
+        # one exception is the router gate FusedMoE calls itself (roles.toml: a linear whose parent is fused_moe)
+        gate = r == "moe.router" and role == "moe.routed" and parent_kind == "fused_moe"
+        if r is not None and (gate or not (role in _KEEP and r not in ("moe.routed", "moe.shared", "attn.indexer"))):
             role = r
         parent_kind = kind
     if role is None:
