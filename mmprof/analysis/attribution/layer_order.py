@@ -165,6 +165,7 @@ def _fill_group(profile, reg, rows, fam, fam_roles, names, dur, st: OrderStats, 
             kinds.setdefault(lay, set()).update(str(r).split("+"))
             if r == "moe.router" and f == "gemm":
                 kinds[lay].add("router-gemm")
+        nord = _norm_ords(anchor, layer, role)
         new = 0
         pos = np.flatnonzero(placed)
         for a, b in zip(pos[:-1].tolist(), pos[1:].tolist()):
@@ -173,8 +174,8 @@ def _fill_group(profile, reg, rows, fam, fam_roles, names, dur, st: OrderStats, 
             if region[a] == region[b] and role[a] != "norm":
                 continue  # another part can run inside one region: no order between its kernels (a layer's two
                 #          norms share the region name `layers.k.norm`: between them runs its attention)
-            pa = (int(layer[a]), anchor_ord(str(role[a]).split("+"), True))
-            pb = (int(layer[b]), anchor_ord(str(role[b]).split("+"), False))
+            pa = (int(layer[a]), nord.get(a, anchor_ord(str(role[a]).split("+"), True)))
+            pb = (int(layer[b]), nord.get(b, anchor_ord(str(role[b]).split("+"), False)))
             if pb[0] not in (pa[0], pa[0] + 1):
                 continue
             run = list(range(a + 1, b))
@@ -188,6 +189,25 @@ def _fill_group(profile, reg, rows, fam, fam_roles, names, dur, st: OrderStats, 
                 new += 1
         if not new:
             return
+
+
+_ATTN = ("attn.qkv", "attn.norm_rope", "attn.indexer", "attn.core", "attn.o_proj")
+
+
+def _norm_ords(anchor: np.ndarray, layer: np.ndarray, role: np.ndarray) -> dict[int, int]:
+    """Which norm each placed `norm` kernel is, where its layer's attention tells: the post-attention norm (6) when
+    a placed attention part of its layer runs before it, the input norm (0) when one runs after it."""
+    out: dict[int, int] = {}
+    att: dict[int, list[int]] = {}
+    for j in np.flatnonzero(anchor).tolist():
+        if str(role[j]) in _ATTN:
+            att.setdefault(int(layer[j]), []).append(j)
+    for j in np.flatnonzero(anchor & (role == "norm")).tolist():
+        a = att.get(int(layer[j]), [])
+        before, after = any(k < j for k in a), any(k > j for k in a)
+        if before != after:
+            out[j] = 6 if before else 0
+    return out
 
 
 def _gemm_groups(profile, rows, run, fam, names) -> list[list[int]]:

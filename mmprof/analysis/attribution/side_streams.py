@@ -70,18 +70,14 @@ def place_side(profile, reg, contexts: list[np.ndarray], aligned_sources: tuple[
         m_start = K["start_ns"][m]
         m_lay = reg.layer[m]
         m_role = reg.role[m]
-        m_ok = np.asarray(reg.region[m] != None) & (m_lay >= 0)  # noqa: E711
-        ok_idx = np.flatnonzero(m_ok)
+        ok_idx = np.flatnonzero(np.asarray(reg.region[m] != None) & (m_lay >= 0))  # noqa: E711
         rank = int(K["rank"][rows[0]])
         if rank not in cache:
             cache[rank] = side_roles(profile, reg, rank)
         one_role, shared = cache[rank]
         for i in side.tolist():
-            j0 = int(np.searchsorted(m_start, K["start_ns"][i], side="right")) - 1
-            if j0 < 0:
-                continue
-            lay, role = _context(j0, m_ok, ok_idx, m_lay, m_role)
-            if lay is None or role not in _FORK_ROLES:
+            lay, role = _context(int(K["start_ns"][i]), m_start, ok_idx, m_lay, m_role)
+            if lay is None:
                 continue
             src = reg.source[i]
             if reg.region[i] is not None and src in aligned_sources:
@@ -101,16 +97,24 @@ def place_side(profile, reg, contexts: list[np.ndarray], aligned_sources: tuple[
     return placed, ns, moved
 
 
-def _context(j0: int, m_ok, ok_idx, m_lay, m_role) -> tuple[int | None, str | None]:
-    """(layer, role) of the main-stream kernel at position j0, or of the placed kernels bracketing it when they
-    agree on the layer (the unplaced ones between them are in that layer too)."""
-    if m_ok[j0]:
-        return int(m_lay[j0]), str(m_role[j0])
-    k = int(np.searchsorted(ok_idx, j0))
-    if k == 0 or k >= len(ok_idx):
+def _context(t: int, m_start, ok_idx, m_lay, m_role) -> tuple[int | None, str | None]:
+    """(layer, role) of the MoE block a side-stream kernel starting at `t` ran beside: the latest-started placed
+    main-stream kernel p before it, when p is a MoE part (or the post-attention norm) of layer k and the first
+    placed main-stream kernel after `t` that is not a norm is still in layer k or in layer k + 1's attention (so
+    no later layer's MoE block, which could have forked it, started before it)."""
+    starts = m_start[ok_idx]
+    k = int(np.searchsorted(starts, t, side="right")) - 1
+    if k < 0:
         return None, None
-    a, b = ok_idx[k - 1], ok_idx[k]
-    if m_lay[a] != m_lay[b]:
+    p = ok_idx[k]
+    lay, role = int(m_lay[p]), str(m_role[p])
+    if role not in _FORK_ROLES:
         return None, None
-    ra, rb = str(m_role[a]), str(m_role[b])
-    return int(m_lay[a]), (ra if ra in _FORK_ROLES else rb)
+    for q in ok_idx[k + 1:].tolist():
+        rq = str(m_role[q])
+        if rq == "norm":
+            continue
+        if int(m_lay[q]) == lay or (int(m_lay[q]) == lay + 1 and rq.startswith("attn.")):
+            return lay, role
+        return None, None
+    return lay, role

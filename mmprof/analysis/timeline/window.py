@@ -1,0 +1,160 @@
+"""The parts of a profile window: the engine's start-up, its graph capture, and the serving that follows.
+
+A trace recorded around a whole serving-engine run (`mmprof record -- vllm ...`, or any profiler started before the
+engine) holds more than serving: the engine's start-up (weights loaded or, with dummy weights, filled by random
+kernels; vLLM's `profile_run` dummy forward; torch.compile and Inductor's autotuning) and its CUDA-graph capture
+(vLLM's `GPUModelRunner.capture_model`: for every captured batch size a warm-up forward and the capture itself,
+vllm/v1/worker/gpu_model_runner.py). Read as one serving step, that window says "launch-bound: the GPU idles 99%"
+(start-up is mostly host time) and counts the warm-up forwards' GEMMs as serving ones.
+
+`window_parts(profile)` tells the parts apart per rank from what the trace holds:
+
+- a rank with graph captures (`*StreamBeginCapture` ... `*StreamEndCapture` runtime calls): start-up is everything
+  launched before the first capture began, the capture part runs from there to the end of the last capture (the
+  warm-up forwards between the captures included), serving is what was launched after it;
+- a rank with no capture: everything is serving (vLLM's own profiler starts after start-up; an eager engine's
+  start-up forwards look like serving ones and nothing in the trace tells them apart: the note says so when the
+  profile was recorded from the process start);
+- a rank with engine steps (`execute_context_*`, ...) and captures: serving also starts no later than its first
+  engine step.
+
+An event belongs to the part its launch call (its graph launch for a replay; its own start when no launch is
+known) fell in. `serving(ev)` is the event frame restricted to serving, which the report and the checks read
+(they say so in a note when something was left out).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+from mmprof.analysis.attribution.roofline import Roofline
+from mmprof.analysis.timeline.engine_steps import engine_steps
+from mmprof.analysis.timeline.events import EventFrame
+from mmprof.units import fmt_ns
+
+SERVING, STARTUP, CAPTURE = 0, 1, 2
+PART_NAMES = {SERVING: "serving", STARTUP: "start-up", CAPTURE: "graph capture"}
+_BEGIN = re.compile(r"streambegincapture", re.IGNORECASE)
+_END = re.compile(r"streamendcapture", re.IGNORECASE)
+
+
+@dataclass
+class WindowParts:
+    """Per rank: where the capture part begins and where serving begins (ns, CPU launch time); ranks not listed
+    are serving throughout."""
+
+    capture_from: dict[int, int] = field(default_factory=dict)
+    serving_from: dict[int, int] = field(default_factory=dict)
+    captures: dict[int, int] = field(default_factory=dict)   # rank -> graph captures seen
+
+    def __bool__(self) -> bool:
+        return bool(self.serving_from)
+
+    def part(self, ev: EventFrame) -> np.ndarray:
+        """int8 per event: SERVING, STARTUP or CAPTURE."""
+        out = np.zeros(len(ev), dtype=np.int8)
+        if not self.serving_from or not len(ev):
+            return out
+        t = _launch_time(ev)
+        for r, s in self.serving_from.items():
+            on = ev.rank == r
+            c = self.capture_from.get(r, s)
+            out[on & (t < s)] = CAPTURE
+            out[on & (t < c)] = STARTUP
+        return out
+
+    def note(self, ev: EventFrame, what: str = "the report and the checks look") -> str | None:
+        """What was left out, in one sentence (None when the window is all serving)."""
+        if not self:
+            return None
+        part = ev.memo("window_part", lambda: self.part(ev))
+        if not (part != SERVING).any():
+            return None
+        bits = []
+        for p in (STARTUP, CAPTURE):
+            m = part == p
+            if m.any():
+                extra = f", {sum(self.captures.values())} graph captures" if p == CAPTURE and self.captures else ""
+                bits.append(f"{PART_NAMES[p]} ({int(m.sum())} device events, {fmt_ns(int(ev.dur[m].sum()))} of "
+                            f"device time{extra})")
+        keep = int((part == SERVING).sum())
+        return (f"the window holds the engine's {' and '.join(bits)}: {what} at the serving part only "
+                f"({keep} device events, launched after the last graph capture)")
+
+
+def _launch_time(ev: EventFrame) -> np.ndarray:
+    """Per event: its launch call's start (a replayed kernel: its graph launch's), else its own start."""
+    t = ev.launch_start.astype(np.int64).copy()
+    if ev.profile is not None and (ev.graph >= 0).any():
+        L = ev.profile.tables["launches"]
+        g = ev.graph >= 0
+        t[g] = L["start_ns"][ev.graph[g]]
+    miss = t < 0
+    t[miss] = ev.start[miss]
+    return t
+
+
+def window_parts(profile: Any) -> WindowParts:
+    """The start-up / graph capture / serving parts of each rank (module docstring). Cached on the profile."""
+    hit = profile.__dict__.get("_window_parts")
+    if hit is not None:
+        return hit
+    out = WindowParts()
+    if profile.n("launches"):
+        L = profile.tables["launches"]
+        uniq, inv = np.unique(L["name"], return_inverse=True)
+        names = [profile.string(int(u)) or "" for u in uniq.tolist()]
+        begin = np.array([bool(_BEGIN.search(n)) for n in names], dtype=bool)[inv.reshape(-1)]
+        end = np.array([bool(_END.search(n)) for n in names], dtype=bool)[inv.reshape(-1)]
+        es = engine_steps(profile)
+        for r in np.unique(L["rank"][begin]).tolist():
+            on = L["rank"] == r
+            b = np.flatnonzero(on & begin)
+            e = np.flatnonzero(on & end)
+            if not len(e):
+                continue
+            first = int(L["start_ns"][b].min())
+            last = int((L["start_ns"][e] + np.maximum(L["dur_ns"][e], 0)).max())
+            if len(es):
+                mine = es[es["rank"] == r]
+                if len(mine):
+                    last = min(last, int(mine["cpu_start_ns"].min()))
+            out.capture_from[int(r)] = min(first, last)
+            out.serving_from[int(r)] = last
+            out.captures[int(r)] = len(b)
+    profile.__dict__["_window_parts"] = out
+    return out
+
+
+def subset(ev: EventFrame, mask: np.ndarray) -> EventFrame:
+    """The event frame of the events where `mask` is set (every per-event array sliced; the rest shared)."""
+    n = len(ev)
+    kw: dict[str, Any] = {}
+    for f in fields(ev):
+        if f.name in ("profile", "notes", "warnings", "graph_align", "inductor", "source"):
+            continue
+        if f.name in ("_frame", "_memo"):
+            kw[f.name] = None if f.name == "_frame" else {}
+            continue
+        v = getattr(ev, f.name)
+        if f.name == "roof":
+            kw["roof"] = replace(v, **{g.name: getattr(v, g.name)[mask] for g in fields(Roofline)
+                                      if isinstance(getattr(v, g.name), np.ndarray) and len(getattr(v, g.name)) == n})
+        elif hasattr(v, "__len__") and len(v) == n:
+            kw[f.name] = v[mask]
+    return replace(ev, **kw, notes=list(ev.notes), warnings=list(ev.warnings))
+
+
+def serving(profile: Any, ev: EventFrame) -> tuple[EventFrame, str | None]:
+    """(the frame restricted to the serving part, the note saying what was left out or None)."""
+    parts = window_parts(profile)
+    if not parts:
+        return ev, None
+    part = ev.memo("window_part", lambda: parts.part(ev))
+    if not (part != SERVING).any():
+        return ev, None
+    return ev.memo("serving_frame", lambda: subset(ev, part == SERVING)), parts.note(ev)
