@@ -154,6 +154,25 @@ def test_piecewise_replays_are_aligned_with_the_eager_attention_between_them():
     assert brk and sum(ev.region[i] is not None for i in brk) / len(brk) >= 0.9
 
 
+def test_mixed_piecewise_step_attention_kernels_seen_nowhere_else():
+    # a mixed step in PIECEWISE mode (M3 with 2048-token prompts, batch 4): its eager attention between the graph
+    # pieces runs the prefill tokens' kernels, which no other step of the trace ran. Where the alignment cannot pair
+    # them the layer order does (a piece ends with layer k's RoPE and the next starts with its o_proj: between
+    # them the indexer and the attention of layer k): every one gets its layer, so the indexer runs in all 4
+    # sparse layers of the step
+    p = V.piecewise_mixed()
+    ev, k = _frame(p)
+    tr = V.truth_layers(p)
+    brk = [i for i in k.tolist() if ev.graph[i] < 0 and tr[ev.row[i]] != -9]
+    assert len(brk) == 2 * (2 * 2 + 4 * 5)   # 2 steps x (2 full-attention layers x 2 + 4 sparse layers x 5 kernels)
+    assert all(ev.region[i] is not None and ev.layer[i] == tr[ev.row[i]] for i in brk)
+    assert "order" in {ev.label_source[i] for i in brk}
+    idx = ev.role == "attn.indexer"
+    for s in set(ev.step[idx].tolist()):
+        assert set(ev.layer[idx & (ev.step == s)].tolist()) == {2, 3, 4, 5}
+    assert _wrong_layers(p, ev, k) == []
+
+
 def test_full_replays_inside_one_long_range_are_aligned_one_by_one():
     # an outermost range around many steps (mmprof's runtime writes `mmprof.decode`): each FULL replay is a whole
     # forward and is aligned alone first; the range only serves what stays open

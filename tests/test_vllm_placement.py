@@ -212,6 +212,39 @@ def test_order_never_chooses():
     assert _fill(seq)[0][1] is None
 
 
+def test_order_places_a_compiled_dense_layer():
+    # vLLM's compiled Llama (vllm/model_executor/models/llama.py LlamaDecoderLayer.forward under torch.compile):
+    # Inductor's norms (placed by name), the attention op's kernels (placed by the op), and nothing else: QKV,
+    # RoPE, o_proj, the MLP's GEMMs and activation. Between the post-attention norm and the next input norm only
+    # the MLP runs (no MoE kernel in the layer); the final norm closes the last layer's MLP
+    def layer(i, last=False):
+        return [("triton_norm", "reduction", f"layers.{i}.norm"), ("nvjet_qkv", "gemm", None),
+                ("triton_poi_fused_cos_sin", "elementwise", None), ("reshape_and_cache", "kv_cache", f"layers.{i}.attn.core"),
+                ("flash_fwd", "attention", f"layers.{i}.attn.core"), ("nvjet_o", "gemm", None),
+                ("triton_norm", "reduction", f"layers.{i}.norm"), ("nvjet_gate_up", "gemm", None),
+                ("triton_poi_fused_mul_silu", "elementwise", None), ("nvjet_down", "gemm", None)]
+    seq = layer(0) + layer(1) + [("triton_norm", "reduction", "final_norm")]
+    got, src = _fill(seq)
+    want = ["layers.0.norm", "layers.0.attn.qkv", None, "layers.0.attn.core", "layers.0.attn.core",
+            "layers.0.attn.o_proj", "layers.0.norm", "layers.0.mlp", "layers.0.mlp", "layers.0.mlp"]
+    assert got == want + [w.replace("layers.0", "layers.1") if w else None for w in want] + ["final_norm"]
+    # a MoE layer's expert kernels are no dense MLP
+    moe = layer(0)[:7] + [("nvjet_gate", "gemm", None), ("topkGating", "moe", None), ("fused_moe_kernel", "grouped_gemm", None),
+                          ("triton_norm", "reduction", "layers.1.norm"), ("nvjet_qkv", "gemm", None),
+                          ("flash_fwd", "attention", "layers.1.attn.core")]
+    got = _fill(moe)[0]
+    assert got[7:10] == [None, None, None] and got[11] == "layers.1.attn.qkv"
+
+
+def test_a_norm_inside_the_attention():
+    # Qwen3-MoE's q_norm / k_norm (qwen3_moe.py Qwen3MoeAttention.forward: RMSNorm per head, then RoPE) and MLA's
+    # kv_a_layernorm run after the layer's input norm and before its attention: attention parts, no decoder norm
+    seq = [("norm", "norm", "layers.2.norm"), ("nvjet_qkv", "gemm", None), ("rms_norm_kernel", "norm", None),
+           ("rms_norm_kernel", "norm", None), ("flash_fwd", "attention", "layers.2.attn.core")]
+    got = _fill(seq)[0]
+    assert got[1] == "layers.2.attn.qkv" and got[2] == got[3] == "layers.2.attn.norm_rope"
+
+
 def test_order_takes_the_part_an_engine_op_names():
     # a top-k kernel under `_moe_C::topk_softmax` with no layer (a trace without the module tree): the op says
     # router, the order says which layer

@@ -422,6 +422,12 @@ def _decide(rs, hint, p, gid, apos, anchors, layered_in, open_, bpos):
         return None
     layered: dict[str, int] = {}
     for r in layer_roles:
+        if r == "norm" and hint < 0 and prev is not None and nxt is not None and prev[0] == nxt[0] \
+                and prev[1] <= 3 and 1 <= nxt[1] <= 5 and nxt[1] > prev[1]:
+            # after the layer's input norm and before its attention: a norm inside the attention (Qwen3's q/k
+            # norm, MLA's kv_a_layernorm: RMSNorms vLLM calls in the attention module), not a decoder norm
+            layered["attn.norm_rope"] = prev[0]
+            continue
         lay = hint if hint >= 0 else place(r, prev, nxt)
         if lay is None:
             return None

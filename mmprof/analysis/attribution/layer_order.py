@@ -45,6 +45,7 @@ MODEL_ROLES = ("embed", "final_norm", "lm_head", "sampler", "rope", "engine")
 SOURCE = "order"
 _PASSES = 8
 _MOE = ("moe.router", "moe.routed", "moe.shared", "moe")
+_MOE_FAMILIES = ("moe", "grouped_gemm", "topk")
 _REDUCE = ("splitKreduce", "reduce_1Block", "splitk_reduce", "SplitKReduce")  # a split-K GEMM's second kernel
 
 
@@ -169,17 +170,20 @@ def _fill_group(profile, reg, rows, fam, fam_roles, names, dur, st: OrderStats, 
         new = 0
         pos = np.flatnonzero(placed)
         for a, b in zip(pos[:-1].tolist(), pos[1:].tolist()):
-            if b - a < 2 or model[a] or model[b]:
+            last = model[b] and role[b] == "final_norm" and not model[a]  # the final norm closes the last layer
+            if b - a < 2 or model[a] or (model[b] and not last):
                 continue
             if region[a] == region[b] and role[a] != "norm":
                 continue  # another part can run inside one region: no order between its kernels (a layer's two
                 #          norms share the region name `layers.k.norm`: between them runs its attention)
             pa = (int(layer[a]), nord.get(a, anchor_ord(str(role[a]).split("+"), True)))
-            pb = (int(layer[b]), nord.get(b, anchor_ord(str(role[b]).split("+"), False)))
+            pb = (pa[0] + 1, 0) if last else (int(layer[b]), nord.get(b, anchor_ord(str(role[b]).split("+"), False)))
             if pb[0] not in (pa[0], pa[0] + 1):
                 continue
             run = list(range(a + 1, b))
             got = _decide_run(profile, rows, run, pa, pb, fam, fam_roles, names, kinds, role[a], role[b], hint)
+            if last:
+                got = {j: v for j, v in got.items() if v[0] == pa[0]}
             for j, (lay, r) in got.items():
                 i = rows[j]
                 reg.layer[i], reg.role[i], reg.region[i], reg.source[i] = lay, r, region_name(lay, r), SOURCE
@@ -246,6 +250,18 @@ def _decide_run(profile, rows, run, pa, pb, fam, fam_roles, names, kinds, role_a
         elif "norm" in ra and rb and rb <= set(_MOE) and "router-gemm" not in k:
             for j in gemms[0]:
                 got[j] = (lay, "moe.router")
+    # a dense layer: between its post-attention norm and the next layer's input norm only its MLP runs (the
+    # gate/up GEMM, the activation, the down GEMM); dense where no MoE kernel ran in the layer: no MoE part is
+    # placed in it and the run holds no MoE-family kernel (a top-k, a grouped GEMM, vLLM's MoE kernels)
+    if pa[1] == 6 and pb[0] == lay + 1 and pb[1] <= 5 and not (k & set(_MOE)) and "norm" in ra \
+            and not any(fam[rows[j]] in _MOE_FAMILIES or hint[rows[j]] in _MOE for j in run):
+        for j in run:
+            if fam[rows[j]] != "norm":
+                got.setdefault(j, (lay, "mlp"))
+    if "norm" in ra and pa[1] == 0 and pb[0] == lay and 1 <= pb[1] <= 5:
+        for j in run:  # after the input norm, before the attention: a norm inside the attention (q/k norm, MLA's
+            if fam[rows[j]] == "norm":  # kv_a_layernorm), not a decoder norm
+                got.setdefault(j, (lay, "attn.norm_rope"))
     for j in run:
         if j in got:
             continue
