@@ -212,9 +212,11 @@ class Comparison:
     findings: list[Finding]
     differ: int = 0    # calls whose shapes differ (calls == matched + differ + unjudged + unscoped when compared)
     missing: int = 0   # expected GEMMs of a region that no call showed (not calls: listed in `unmatched` too)
-    compared: bool = True  # False: no model config, the calls were compared across ranks only
+    compared: bool = True  # False: the calls were compared across ranks only (`why` says why)
+    why: str = ""          # with compared False: why no per-rank expectation was compared
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "calls": self.calls, "compared": self.compared, "matched": self.matched,
+        return {"source": self.source, "calls": self.calls, "compared": self.compared, "why": self.why,
+                "matched": self.matched,
                 "differ": self.differ, "unjudged": self.unjudged, "unscoped": self.unscoped, "missing": self.missing,
                 "unmatched": self.unmatched, "per_rank": self.per_rank, "findings": [f.to_dict() for f in self.findings]}

@@ -67,6 +67,9 @@ class AlignStats:
     skipped: int = 0
     trimmed: int = 0
     stream_moved: int = 0        # side-stream kernels whose aligned layer the main stream corrected
+    # per kernel row: the eager kernel it was paired with (by name, family or slot: the same op at another token
+    # count), -1 none; where the replays' shapes come from (mmprof.analysis.timeline.replay_shapes)
+    twin: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"sequences": self.sequences, "aligned": self.aligned, "kernels": dict(self.kernels),
@@ -245,6 +248,7 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
     st = AlignStats()
     K = profile.tables["kernels"]
     n = profile.n("kernels")
+    st.twin = np.full(n, -1, np.int64)
     if not n:
         return st
     graph = K["graph"]
@@ -368,3 +372,5 @@ def _attribute(rows, eligible, ref: _Ref, name, grid, fam, stream, reg: Regions,
     r, e = rows[take], ref.rows[p[take]]
     reg.layer[r], reg.role[r], reg.region[r] = reg.layer[e], reg.role[e], reg.region[e]
     reg.source[r] = how[take]
+    paired = how[take] != "replay-between"
+    st.twin[r[paired]] = e[paired]

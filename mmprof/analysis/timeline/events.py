@@ -35,6 +35,7 @@ from mmprof.analysis.attribution.classify import COMM_FAMILIES, DATA_MOVEMENT_FA
 from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
 from mmprof.analysis.attribution.graph_align import align_replays
 from mmprof.analysis.attribution.structure import Regions, StructureIndex, anchor_roles, regions
+from mmprof.analysis.timeline.replay_shapes import twin_shapes
 from mmprof.labels import is_marker, parse_label
 
 CAT_COMPUTE, CAT_MEMORY, CAT_UNATTR, CAT_COMM, CAT_MEMCPY = range(5)
@@ -139,6 +140,10 @@ class EventFrame:
     warnings: list[str] = field(default_factory=list)
     graph_align: Any = None   # mmprof.analysis.attribution.graph_align.AlignStats of the replays aligned with eager kernels
     inductor: Any = None      # mmprof.analysis.attribution.inductor.InductorStats: the Inductor kernels placed and not
+    # the op whose shapes stand for the event (its own `op`; a replayed kernel with none: its twin's,
+    # mmprof.analysis.timeline.replay_shapes) and, where they differ from that op's, its input dims (JSON text)
+    shape_op: Any = None
+    shape_dims: Any = None
     _frame: Any = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # derived per-event arrays the analyses share (`memo`)
 
@@ -299,11 +304,7 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     rank = _cat(K["rank"], M["rank"])
     dur = _cat(K["dur_ns"], M["dur_ns"])
     graph = _cat(K["graph"], M["graph"]).astype(np.int64, copy=False)
-    call = call_ids(op, graph, profile.n("launches")) if (graph >= 0).any() else None
-    roof = event_roofline(profile, op, dur, rank, np.concatenate([eligible, np.zeros(nm, dtype=bool)]), call)
     family = expand(per_u["family"], inv_all)
-    cat = _category(family, roof, np.concatenate([comm_k, np.zeros(nm, dtype=bool)]))
-    cat[nk:] = CAT_MEMCPY
     index = StructureIndex(profile)
     reg_k = regions(profile, "kernels", krows, index, shape_regions)
     kfam = fam_u[inv] if nk else np.full(nk, "", dtype=object)
@@ -315,6 +316,22 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     layer_order.fill(profile, reg_k, kfam, eager, streams=layer_order.main_streams(profile, eager), hints=hints)
     # graph replays with no op: regions from the eager kernels, their side streams and the layer order
     replay_align = align_replays(profile, reg_k, kfam)
+    # the roofline, from each event's op; a replayed kernel with no op of its own from its twin's op at the
+    # replay's token count (replay_shapes.py)
+    twins = twin_shapes(profile, replay_align.twin)
+    shape_op = op.copy()
+    shape_dims = np.full(len(op), None, dtype=object)
+    texts = {}
+    if twins:
+        O = profile.tables["ops"]
+        for r, (o, dims) in twins.items():
+            shape_op[r], shape_dims[r] = o, dims
+            texts[r] = (profile.string(int(O["name"][o])), dims, profile.string(int(O["input_types"][o])))
+    call = call_ids(shape_op, graph, profile.n("launches")) if (graph >= 0).any() else None
+    roof = event_roofline(profile, op, dur, rank, np.concatenate([eligible, np.zeros(nm, dtype=bool)]), call,
+                          texts=texts)
+    cat = _category(family, roof, np.concatenate([comm_k, np.zeros(nm, dtype=bool)]))
+    cat[nk:] = CAT_MEMCPY
     _sampler_by_family(reg_k, fam_u, inv)
     inductor.summarize(profile, "kernels", reg_k, ind)
     reg_m = regions(profile, "memcpy", np.arange(nm), index, shape_regions)
@@ -338,7 +355,7 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
         region=_cat(reg_k.region, reg_m.region, copy=False),
         label_source=_cat(reg_k.source, reg_m.source, copy=False), roof=roof, profile=profile,
         notes=list(roof.notes) + ([ind.note()] if ind.note() else []), warnings=list(roof.warnings),
-        graph_align=replay_align, inductor=ind)
+        graph_align=replay_align, inductor=ind, shape_op=shape_op, shape_dims=shape_dims)
 
 
 def call_ids(op: np.ndarray, graph: np.ndarray, n_launches: int) -> np.ndarray:

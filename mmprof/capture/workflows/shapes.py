@@ -116,11 +116,20 @@ def profile_shapes(paths: list[str], tp: int | None = None, ep: int = 1, model: 
         name = (spec.model_type or spec.family) if spec is not None else "(unknown)"
         res = ShapesResult(model=name, tp=tp or len(ranks), ep=ep, dtype=dtype, workload=Workload(), ranks=[],
                            config=spec.to_dict() if spec is not None else {})
-        res.comparison = Comparison("profile", len(calls), 0, [], 0, 0, _per_rank(calls), cross_rank(calls),
-                                    compared=False)
         if spec is None:
+            why = "no model config and TP size: pass --model and --tp"
             res.notes.append("profile meta has no model config / TP size: ranks compared with each other only "
                              "(pass --model and --tp to compare with the model's per-rank shapes too)")
+        elif args is None:
+            # a config of another family: mmprof's per-rank analytic layout is the reference runtime's (MiniMax
+            # M3); the config's shapes are matched with the trace instead (shape matching, SH008 / SH009)
+            why = (f"the per-rank analytic layout covers MiniMax M3 configs only (this one is "
+                   f"{spec.model_type or spec.family}); the calls were matched with the config's GEMM shapes instead "
+                   "(the shape-matching note and SH009)")
+        else:
+            why = "no TP size: pass --tp (the profile's meta and ranks do not say it)"
+        res.comparison = Comparison("profile", len(calls), 0, [], 0, 0, _per_rank(calls), cross_rank(calls),
+                                    compared=False, why=why)
     res.findings.extend(res.comparison.findings)
     if ss is not None:
         res.findings.extend(traced_findings(ss.report, profile))

@@ -67,8 +67,8 @@ def render_shapes(res: ShapesResult, con) -> None:
     c = res.comparison
     if c is not None:
         if not c.compared:
-            con.print(f"[bold]{markup(c.source)}[/]: {c.calls} calls, compared across ranks only (no model config "
-                      "and TP size to compare them with; pass --model and --tp)")
+            why = c.why or "no model config and TP size to compare them with; pass --model and --tp"
+            con.print(f"[bold]{markup(c.source)}[/]: {c.calls} calls, compared across ranks only ({markup(why)})")
         else:  # the four counts add up to the calls (compare_calls asserts it)
             miss = f"; {c.missing} expected GEMMs not observed" if c.missing else ""
             con.print(f"[bold]{markup(c.source)}[/]: {c.calls} calls: {c.matched} match the analytic shapes, "
