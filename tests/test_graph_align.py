@@ -271,3 +271,36 @@ def test_alignment_never_picks_one_of_several_identical_layers():
     ref2 = _Ref(np.arange(4), np.full(4, -1, np.int64), np.zeros(4, np.int64), np.full(4, -1, np.int64),
                 np.array(["layers.0.x"] * 4, dtype=object))
     assert (_align(ref2, q, np.zeros(4, np.int64), np.full(4, -1, np.int64))[0] < 0).all()
+
+
+def test_a_twin_with_no_region_is_still_the_twin():
+    # compiled vLLM code runs no module: in a record of it only the shared expert (inside its opaque MoE op) has
+    # module ranges, and its GEMM can use the same cuBLAS kernel as the layer's o_proj. The replay's o_proj must pair
+    # with the eager o_proj (which has no region: the replay kernel gets none from it), not with the next placed
+    # kernel of its name (the shared expert's GEMM): the pattern is every eager kernel, placed or not
+    from mmprof.importers.graph_replays import attribute_replays
+    from tests.profile_builder import Synth
+
+    s = Synth()
+    seq = [x for i in range(2) for x in (
+        ("norm_k", f"layers.{i}.norm"), ("gemm_qkv", None), ("flash_fwd", None), ("gemm_a", None),
+        ("norm_k", f"layers.{i}.norm"), ("gemm_a", f"layers.{i}.moe.shared"),
+        ("fused_moe_kernel", f"layers.{i}.moe.routed"))]
+    t = 0
+    for name, scope in seq:  # the eager forward
+        s.kernel(name, t + 1000, 500, scope=scope, launch_at=t)
+        t += 2000
+    g = s.b.row("launches", rank=0, tid=1, start_ns=t, dur_ns=100, name="cudaGraphLaunch", correlation=999, op=-1)
+    for j, (name, _) in enumerate(seq):  # its replay
+        s.b.row("kernels", rank=0, device=0, stream=7, start_ns=t + 1000 + 600 * j, dur_ns=500, name=name,
+                correlation=999, launch=g, op=-1)
+    p = s.build()
+    attribute_replays(p)
+    ev = events_of(p)
+    rep = [i for i in range(len(ev)) if ev.graph[i] >= 0]
+    rep = sorted(rep, key=lambda i: ev.start[i])
+    got = [ev.region[i] for i in rep]
+    # (nothing names the eager projections and attention here, so their replays get no region: never the shared
+    # expert's)
+    assert got == [x for i in range(2) for x in (f"layers.{i}.norm", None, None, None, f"layers.{i}.norm",
+                                                  f"layers.{i}.moe.shared", f"layers.{i}.moe.routed")]

@@ -242,9 +242,11 @@ def _groups(profile: Any, graphs: np.ndarray) -> list[list[int]]:
     return list(key.values())
 
 
-def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
+def align_replays(profile: Any, reg: Regions, family: np.ndarray, pattern: np.ndarray | None = None) -> AlignStats:
     """Fill `reg` (the regions of every kernel row, as `structure.regions` gives them) for replayed kernels that
-    have none, from the eager kernels of the same rank; `family` is each kernel's family. Returns the counts."""
+    have none, from the eager kernels of the same rank; `family` is each kernel's family; `pattern`, when given,
+    the eager kernels that may serve as the pattern (not the engine's start-up: its profile run and compile-time
+    forwards run other kernels than serving). Returns the counts."""
     st = AlignStats()
     K = profile.tables["kernels"]
     n = profile.n("kernels")
@@ -270,7 +272,13 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
     for rank in np.unique(K["rank"][need]).tolist():
         on_rank = np.flatnonzero(K["rank"] == rank)
         by_start = on_rank[np.lexsort((on_rank, start[on_rank]))]
-        eager = by_start[(graph[by_start] < 0) & has[by_start]][:_MAX_REF]
+        # the pattern is every eager kernel, placed or not: a replayed kernel pairs with its twin even where the
+        # twin has no region (compiled code: no module), rather than with the next placed kernel of its name (a
+        # shared-expert GEMM of the same cuBLAS tile as the replay's o_proj)
+        ok = (graph[by_start] < 0).copy()
+        if pattern is not None:
+            ok &= pattern[by_start]
+        eager = by_start[ok][:_MAX_REF]
         # the main stream and the side streams (vLLM's shared-expert stream) are aligned apart: across streams
         # the device order of a replay is not its capture order
         main_e = _mode(K["stream"][eager])
@@ -367,6 +375,7 @@ def _attribute(rows, eligible, ref: _Ref, name, grid, fam, stream, reg: Regions,
     free = eligible & (reg.region[rows] == None)  # noqa: E711
     amb_rows[rows[amb & free]] = True
     take = free & (p >= 0)
+    take[take] = ref.region[p[take]] != None  # noqa: E711  (a twin with no region names none)
     if not take.any():
         return
     r, e = rows[take], ref.rows[p[take]]

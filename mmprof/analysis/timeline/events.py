@@ -36,6 +36,7 @@ from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY, Ro
 from mmprof.analysis.attribution.graph_align import align_replays
 from mmprof.analysis.attribution.structure import Regions, StructureIndex, anchor_roles, regions
 from mmprof.analysis.timeline.replay_shapes import twin_shapes
+from mmprof.analysis.timeline.window import STARTUP, window_parts
 from mmprof.labels import is_marker, parse_label
 
 CAT_COMPUTE, CAT_MEMORY, CAT_UNATTR, CAT_COMM, CAT_MEMCPY = range(5)
@@ -314,8 +315,14 @@ def _gpu(profile, rules: RuleSet, shape_regions: Regions | None) -> EventFrame:
     eager = K["graph"] < 0
     hints = anchor_roles(profile, index, "kernels", eager & (reg_k.region == None))  # noqa: E711
     layer_order.fill(profile, reg_k, kfam, eager, streams=layer_order.main_streams(profile, eager), hints=hints)
-    # graph replays with no op: regions from the eager kernels, their side streams and the layer order
-    replay_align = align_replays(profile, reg_k, kfam)
+    # graph replays with no op: regions from the eager kernels (not the engine's start-up when the window holds
+    # it: timeline/window.py), their side streams and the layer order
+    parts = window_parts(profile)
+    pattern = None
+    if parts:
+        kls0, _ = _launch_times(profile, K["launch"])
+        pattern = parts.part_at(K["rank"], np.where(kls0 >= 0, kls0, K["start_ns"])) != STARTUP
+    replay_align = align_replays(profile, reg_k, kfam, pattern)
     # the roofline, from each event's op; a replayed kernel with no op of its own from its twin's op at the
     # replay's token count (replay_shapes.py)
     twins = twin_shapes(profile, replay_align.twin)

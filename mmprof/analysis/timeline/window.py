@@ -33,8 +33,9 @@ import numpy as np
 
 from mmprof.analysis.attribution.roofline import Roofline
 from mmprof.analysis.timeline.engine_steps import engine_steps
-from mmprof.analysis.timeline.events import EventFrame
 from mmprof.units import fmt_ns
+
+EventFrame = Any  # mmprof.analysis.timeline.events.EventFrame (which reads window_parts: no import back)
 
 SERVING, STARTUP, CAPTURE = 0, 1, 2
 PART_NAMES = {SERVING: "serving", STARTUP: "start-up", CAPTURE: "graph capture"}
@@ -56,12 +57,15 @@ class WindowParts:
 
     def part(self, ev: EventFrame) -> np.ndarray:
         """int8 per event: SERVING, STARTUP or CAPTURE."""
-        out = np.zeros(len(ev), dtype=np.int8)
         if not self.serving_from or not len(ev):
-            return out
-        t = _launch_time(ev)
+            return np.zeros(len(ev), dtype=np.int8)
+        return self.part_at(ev.rank, _launch_time(ev))
+
+    def part_at(self, rank: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """int8 per (rank, launch time): SERVING, STARTUP or CAPTURE."""
+        out = np.zeros(len(t), dtype=np.int8)
         for r, s in self.serving_from.items():
-            on = ev.rank == r
+            on = rank == r
             c = self.capture_from.get(r, s)
             out[on & (t < s)] = CAPTURE
             out[on & (t < c)] = STARTUP
