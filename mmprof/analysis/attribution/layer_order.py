@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from mmprof.labels import region_name, roles
 
@@ -114,24 +115,26 @@ def fill(profile: Any, reg: Any, family: np.ndarray, eligible: np.ndarray, stats
     K = profile.tables["kernels"]
     fam = np.asarray(family, dtype=object)
     hint = np.full(n, None, dtype=object) if hints is None else np.asarray(hints, dtype=object)
-    has_roles = np.array([f in fam_roles or h in ORDER for f, h in zip(fam.tolist(), hint.tolist())], dtype=bool) \
-        if n else np.zeros(0, bool)
+    has_roles = pd.Series(fam).isin(list(fam_roles)).to_numpy() | pd.Series(hint).isin(list(ORDER)).to_numpy()
     cand = eligible & has_roles & np.asarray(reg.region == None)  # noqa: E711
-    if not cand.any():
-        return st
-    step = K["step"].astype(np.int64)
-    grp = np.where(step >= 0, step, np.where(K["graph"] >= 0, -2 - K["graph"], -1))
-    key = np.stack([K["rank"].astype(np.int64), grp, K["stream"].astype(np.int64)], axis=1)
     if streams is not None:
         ok = np.zeros(n, bool)
         for r, s in streams:
             ok |= (K["rank"] == r) & (K["stream"] == s)
         cand &= ok
+    if not cand.any():
+        return st
+    step = K["step"].astype(np.int64)
+    grp = np.where(step >= 0, step, np.where(K["graph"] >= 0, -2 - K["graph"], -1))
+    # the (rank, step, stream) groups that hold a kernel to place, each in device order: one sort
+    gkey = pd.factorize(pd.MultiIndex.from_arrays([K["rank"], grp, K["stream"]]))[0]
+    live = np.isin(gkey, np.unique(gkey[cand]))
+    rows = np.flatnonzero(live)
+    rows = rows[np.lexsort((rows, K["start_ns"][rows], gkey[rows]))]
+    cuts = np.flatnonzero(np.diff(gkey[rows])) + 1
     names = K["name"]
-    for k in np.unique(key[cand], axis=0).tolist():
-        rows = np.flatnonzero((key == np.array(k)).all(axis=1))
-        rows = rows[np.lexsort((rows, K["start_ns"][rows]))]
-        _fill_group(profile, reg, rows, fam, fam_roles, names, K["dur_ns"], st, hint)
+    for part in np.split(rows, cuts):
+        _fill_group(profile, reg, part, fam, fam_roles, names, K["dur_ns"], st, hint)
     return st
 
 
@@ -160,18 +163,14 @@ def _fill_group(profile, reg, rows, fam, fam_roles, names, dur, st: OrderStats, 
         role = reg.role[rows]
         model = placed & (layer < 0)
         anchor = placed & (layer >= 0)
-        # the layers whose kernels say what their MLP is
-        kinds: dict[int, set[str]] = {}
-        for lay, r, f in zip(layer[anchor].tolist(), role[anchor].tolist(), fam[rows[anchor]].tolist()):
-            kinds.setdefault(lay, set()).update(str(r).split("+"))
-            if r == "moe.router" and f == "gemm":
-                kinds[lay].add("router-gemm")
+        kinds = _kinds(anchor, layer, role, fam[rows])  # the layers whose kernels say what their MLP is
         nord = _norm_ords(anchor, layer, role)
         new = 0
         pos = np.flatnonzero(placed)
-        for a, b in zip(pos[:-1].tolist(), pos[1:].tolist()):
+        gap = np.flatnonzero(np.diff(pos) >= 2)  # runs of unplaced kernels between two placed ones
+        for a, b in zip(pos[gap].tolist(), pos[gap + 1].tolist()):
             last = model[b] and role[b] == "final_norm" and not model[a]  # the final norm closes the last layer
-            if b - a < 2 or model[a] or (model[b] and not last):
+            if model[a] or (model[b] and not last):
                 continue
             if region[a] == region[b] and role[a] != "norm":
                 continue  # another part can run inside one region: no order between its kernels (a layer's two
@@ -200,17 +199,44 @@ _ATTN = ("attn.qkv", "attn.norm_rope", "attn.indexer", "attn.core", "attn.o_proj
 
 def _norm_ords(anchor: np.ndarray, layer: np.ndarray, role: np.ndarray) -> dict[int, int]:
     """Which norm each placed `norm` kernel is, where its layer's attention tells: the post-attention norm (6) when
-    a placed attention part of its layer runs before it, the input norm (0) when one runs after it."""
+    the nearest placed non-norm kernel before it is an attention part of its layer, the input norm (0) when the
+    nearest one after it is."""
+    pos = np.flatnonzero(anchor)
+    if not len(pos):
+        return {}
+    r = role[pos].astype(str)
+    lay = layer[pos]
+    is_norm = r == "norm"
+    att = np.isin(r, _ATTN)
+    idx = np.arange(len(pos))
+    prev = np.maximum.accumulate(np.where(~is_norm, idx, -1))   # the nearest non-norm anchor at or before
+    nxt = np.where(~is_norm, idx, len(pos))
+    nxt = np.minimum.accumulate(nxt[::-1])[::-1]                # the nearest non-norm anchor at or after
     out: dict[int, int] = {}
-    att: dict[int, list[int]] = {}
-    for j in np.flatnonzero(anchor).tolist():
-        if str(role[j]) in _ATTN:
-            att.setdefault(int(layer[j]), []).append(j)
-    for j in np.flatnonzero(anchor & (role == "norm")).tolist():
-        a = att.get(int(layer[j]), [])
-        before, after = any(k < j for k in a), any(k > j for k in a)
+    for k in np.flatnonzero(is_norm).tolist():
+        a, b = prev[k], nxt[k]
+        before = a >= 0 and att[a] and lay[a] == lay[k]
+        after = b < len(pos) and att[b] and lay[b] == lay[k]
         if before != after:
-            out[j] = 6 if before else 0
+            out[int(pos[k])] = 6 if before else 0
+    return out
+
+
+def _kinds(anchor: np.ndarray, layer: np.ndarray, role: np.ndarray, fam: np.ndarray) -> dict[int, set[str]]:
+    """Per layer: the parts its placed kernels are (and `router-gemm` where the router's GEMM is placed)."""
+    pos = np.flatnonzero(anchor)
+    out: dict[int, set[str]] = {}
+    if not len(pos):
+        return out
+    r = role[pos].astype(str)
+    lay = layer[pos].astype(np.int64)
+    codes, uniq = pd.factorize(r)
+    pairs = np.unique(np.stack([lay, codes], axis=1), axis=0)
+    for la, c in pairs.tolist():
+        out.setdefault(la, set()).update(str(uniq[c]).split("+"))
+    rg = np.unique(lay[(r == "moe.router") & (fam[pos] == "gemm")])
+    for la in rg.tolist():
+        out.setdefault(la, set()).add("router-gemm")
     return out
 
 
