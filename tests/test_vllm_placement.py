@@ -103,17 +103,28 @@ def test_the_indexer_layers_in_every_step():
 def test_side_stream_in_the_replays_and_main_stream_in_the_prefill():
     # vLLM runs the shared expert on its side stream only for steps of <= 256 tokens
     # (VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD; runner/shared_experts.py): a batch-8 prefill of 64-token prompts
-    # (512 tokens) runs it on the main stream, the decode replays on the side stream, so the eager steps have no
-    # side-stream pattern. Built from the real Qwen2-MoE trace by moving its eager side-stream kernels to the main
-    # stream: every replayed side-stream kernel still gets the shared expert of the layer it forked from (the
-    # truth for the replays is unchanged: their kernels are untouched)
+    # (512 tokens) runs it on the main stream, after the gate GEMM and before the top-k (SharedExpertsOrder.
+    # NO_OVERLAP, runner/moe_runner.py `_apply_quant_method`), the decode replays on the side stream, so the eager
+    # steps have no side-stream pattern. Built from the real Qwen2-MoE trace by moving each layer's 6 eager
+    # side-stream kernels to the main stream right before its topkGating: every replayed side-stream kernel still
+    # gets the shared expert of the layer it forked from, and the replay's router GEMM (at batch 1 the same cuBLAS
+    # kernel and grid as the shared expert's gate GEMM) stays the router (the truth for the replays is unchanged:
+    # their kernels are untouched)
     path = data_file("vllm_own", "qwen2moe_graphs_b1.pt.trace.json.xz")
     p = import_paths([path])
     K = p.tables["kernels"]
     main = np.bincount(K["stream"]).argmax()
-    eager_side = (K["graph"] < 0) & (K["stream"] != main)
-    assert eager_side.sum() == 24      # the prefill's shared expert: 6 kernels x 4 layers
-    K["stream"][eager_side] = main
+    eager = K["graph"] < 0
+    side = np.flatnonzero(eager & (K["stream"] != main))
+    assert len(side) == 24      # the prefill's shared expert: 6 kernels x 4 layers
+    side = side[np.argsort(K["start_ns"][side])]
+    topk = np.flatnonzero(eager & np.array(["topkGating" in (p.string(int(c)) or "") for c in K["name"]]))
+    topk = topk[np.argsort(K["start_ns"][topk])][:4]
+    for j, t in enumerate(topk.tolist()):
+        blk = side[6 * j:6 * (j + 1)]
+        K["stream"][blk] = main
+        K["start_ns"][blk] = K["start_ns"][t] - 60 + 10 * np.arange(6)
+        K["start_ns"][t] += 1
     _, ev, j, _, _ = _judge(path, QWEN2, profile=p)
     side = (ev.graph >= 0) & (ev.stream != main) & (ev.table == 0)
     assert side.sum() == 2 * 28 and set(ev.role[side]) == {"moe.shared"}

@@ -282,8 +282,15 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray, pattern: np.nd
         # the main stream and the side streams (vLLM's shared-expert stream) are aligned apart: across streams
         # the device order of a replay is not its capture order
         main_e = _mode(K["stream"][eager])
-        refs = (_Ref(eager[K["stream"][eager] == main_e], name, grid, fam, reg.region, (rank, "main")),
-                _Ref(eager[K["stream"][eager] != main_e], name, grid, fam, reg.region, (rank, "side")))
+        on_main_e = K["stream"][eager] == main_e
+        refs = (_Ref(eager[on_main_e], name, grid, fam, reg.region, (rank, "main")),
+                _Ref(eager[~on_main_e], name, grid, fam, reg.region, (rank, "side")),
+                # a replay that runs work on a side stream runs the shared expert there (vLLM: steps of <= 256
+                # tokens), so its main stream holds no shared expert even where the eager steps ran it on the main
+                # stream (a long prefill): its main stream is aligned without those kernels (the shared expert's
+                # gate GEMM and the router's use one cuBLAS kernel at batch 1: they would pair by name)
+                _Ref(eager[on_main_e & (reg.role[eager] != "moe.shared")], name, grid, fam, reg.region,
+                     (rank, "main-no-shared")))
         launches = np.unique(graph[on_rank][need[on_rank]])
         main_q = _mode(K["stream"][on_rank][need[on_rank]])
         # each replay's first and last position in the rank's start order
@@ -312,7 +319,9 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray, pattern: np.nd
                 continue
             st.sequences += 1
             on_main = K["stream"][q] == main_q
-            _attribute(q[on_main], ok[on_main], refs[0], name, grid, fam, K["stream"], reg, amb, st, cache)
+            side_work = bool(((graph[q] >= 0) & ~on_main).any())
+            _attribute(q[on_main], ok[on_main], refs[2] if side_work else refs[0], name, grid, fam, K["stream"], reg,
+                       amb, st, cache)
             _attribute(q[~on_main], ok[~on_main], refs[1], name, grid, fam, K["stream"], reg, amb, st, cache)
         # the side streams by the main stream they fork from and join (side_streams.py), then the order of the
         # layer's parts for what is still open on the main streams (layer_order.py)

@@ -89,16 +89,6 @@ class OrderStats:
         return {"kernels": self.kernels, "ns": self.ns, "by_role": dict(self.by_role)}
 
 
-def _ord_of(role: str, prev: tuple[int, int] | None, nxt: tuple[int, int] | None, layer: int) -> int:
-    """The ord `role` takes when placed in `layer` between prev / next (a norm: the input or post norm)."""
-    ords = ORDER[role]
-    if len(ords) == 1:
-        return ords[0]
-    if prev is not None and prev[0] == layer and any(o >= prev[1] for o in ords):
-        return max(o for o in ords if o >= prev[1])
-    return min(ords)
-
-
 def fill(profile: Any, reg: Any, family: np.ndarray, eligible: np.ndarray, stats: OrderStats | None = None,
          streams: np.ndarray | None = None, hints: np.ndarray | None = None) -> OrderStats:
     """Place kernels (rows of the kernels table where `eligible`) that `reg` leaves unplaced, by the layer-part

@@ -103,8 +103,10 @@ def _launch_time(ev: EventFrame) -> np.ndarray:
 
 
 def window_parts(profile: Any) -> WindowParts:
-    """The start-up / graph capture / serving parts of each rank (module docstring). Cached on the profile."""
-    hit = profile.__dict__.get("_window_parts")
+    """The start-up / graph capture / serving parts of each rank (module docstring). Kept in `profile.derived`
+    (stamped by the launches' and scopes' sizes)."""
+    stamp = (profile.n("launches"), profile.n("scopes"), len(profile.strings))
+    hit = profile.derived.get("window_parts", (), stamp)
     if hit is not None:
         return hit
     out = WindowParts()
@@ -114,7 +116,7 @@ def window_parts(profile: Any) -> WindowParts:
         names = [profile.string(int(u)) or "" for u in uniq.tolist()]
         begin = np.array([bool(_BEGIN.search(n)) for n in names], dtype=bool)[inv.reshape(-1)]
         end = np.array([bool(_END.search(n)) for n in names], dtype=bool)[inv.reshape(-1)]
-        es = engine_steps(profile)
+        es = engine_steps(profile) if begin.any() else None
         for r in np.unique(L["rank"][begin]).tolist():
             on = L["rank"] == r
             b = np.flatnonzero(on & begin)
@@ -123,14 +125,14 @@ def window_parts(profile: Any) -> WindowParts:
                 continue
             first = int(L["start_ns"][b].min())
             last = int((L["start_ns"][e] + np.maximum(L["dur_ns"][e], 0)).max())
-            if len(es):
+            if es is not None and len(es):
                 mine = es[es["rank"] == r]
                 if len(mine):
                     last = min(last, int(mine["cpu_start_ns"].min()))
             out.capture_from[int(r)] = min(first, last)
             out.serving_from[int(r)] = last
             out.captures[int(r)] = len(b)
-    profile.__dict__["_window_parts"] = out
+    profile.derived.put("window_parts", (), stamp, out)
     return out
 
 
