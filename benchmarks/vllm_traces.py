@@ -45,8 +45,13 @@ DIRS = [ROOT / "tests" / "data" / "samples" / "vllm", ROOT / "tests" / "data" / 
 # traces the figures in docs/benchmarks.md were measured on are in the shared samples beside the checkout (and in
 # git history at 01f295c): read those when present. tests/data/vllm_own has no full copy outside git history.
 SHARED = ROOT.parent / "shared" / "samples" / "vllm"
+FAMILIES = ROOT / "benchmarks" / "h200" / "vllm_configs"
+# a trace's config by its name or its folder's (benchmarks/h200/vllm_families.py writes <case>/trace.pt.trace.json.gz)
 CONFIGS = {"m3_": DIRS[0] / "config" / "m3_tiny_config.json", "rec_graphs": DIRS[0] / "config" / "m3_tiny_config.json",
-           "qwen2moe_": DIRS[1] / "qwen2moe_config.json", "rec_qwen2moe": DIRS[1] / "qwen2moe_config.json"}
+           "qwen2moe_": DIRS[1] / "qwen2moe_config.json", "rec_qwen2moe": DIRS[1] / "qwen2moe_config.json",
+           "llama_": FAMILIES / "llama_dense" / "config.json", "qwen3moe_": FAMILIES / "qwen3_moe" / "config.json",
+           "dsv2lite_": FAMILIES / "deepseek_v2_lite" / "config.json", "dsv3_": FAMILIES / "deepseek_v3" / "config.json",
+           "mixtral_": FAMILIES / "mixtral" / "config.json", "glm45_": FAMILIES / "glm4_moe" / "config.json"}
 
 
 def _full(path: Path) -> Path:
@@ -65,7 +70,7 @@ def traces() -> list[Path]:
 
 
 def config_of(path: Path) -> Path | None:
-    return next((c for k, c in CONFIGS.items() if path.name.startswith(k)), None)
+    return next((c for k, c in CONFIGS.items() if path.name.startswith(k) or path.parent.name.startswith(k)), None)
 
 
 def _load(path: Path):

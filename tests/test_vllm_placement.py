@@ -64,6 +64,22 @@ def test_full_shared_traces(full):
     assert judged == 33 and skipped == 0 and j.share_placed >= 0.995 and j.wrong == []
 
 
+def test_the_truth_reads_every_familys_config():
+    # what vLLM 0.26 builds for the tiny configs of benchmarks/h200/vllm_configs: DeepSeek V2/V3 and GLM-4.5 keep
+    # `first_k_dense_replace` dense layers (deepseek_v2.py / glm4_moe.py: DeepseekV2MLP for layer_idx <
+    # first_k_dense_replace), MLA where kv_lora_rank is set, a shared expert where n_shared_experts > 0;
+    # Qwen3-MoE and Mixtral are MoE in every layer with no shared expert; Llama is dense
+    from tests.conftest import ROOT
+
+    got = {d.name: T.model_of(json.loads((d / "config.json").read_text()))
+           for d in sorted((ROOT / "benchmarks" / "h200" / "vllm_configs").iterdir())}
+    assert got["llama_dense"] == T.Model(4, set(), False, False)
+    assert got["qwen3_moe"] == got["mixtral"] == T.Model(4, {0, 1, 2, 3}, False, False)
+    assert got["deepseek_v2_lite"] == got["deepseek_v3"] == T.Model(4, {1, 2, 3}, True, True)
+    assert got["glm4_moe"] == T.Model(4, {1, 2, 3}, True, False)
+    assert _model(M3) == T.Model(6, {1, 2, 3, 4, 5}, True, False, {2, 3, 4, 5})
+
+
 def test_the_truth_catches_a_wrong_placement():
     # the judge is no tautology: a router GEMM moved to the shared expert (the mistake the issue measured on
     # Qwen2-MoE in graph mode) and a fused_moe_kernel moved to the next layer are both counted wrong
@@ -293,12 +309,19 @@ def test_record_window_parts():
     # start-up (dummy weights, profile run), the graph capture (54 captures: one per batch size and piece) and
     # the first generate call. Counted here from the launches table directly: the events launched before the first
     # cudaStreamBeginCapture, up to the end of the last cudaStreamEndCapture, and after it
+    # (vLLM opens a range around each capture, `capture_32_PIECEWISE`: its warm-up forward runs inside it, before
+    # the capture call, and belongs to the capture part)
     p = load_profile(data_file("samples", "vllm", "record", "rec_graphs_b8.json.xz"))
     names = np.array(p.col("launches", "name", decode=True), dtype=object)
-    L = p.tables["launches"]
-    begin = L["start_ns"][names == "cudaStreamBeginCapture"]
+    L, S = p.tables["launches"], p.tables["scopes"]
+    b = np.flatnonzero(names == "cudaStreamBeginCapture")
+    b0 = b[np.argmin(L["start_ns"][b])]
+    t0 = int(L["start_ns"][b0])
+    around = [i for i in range(p.n("scopes")) if S["tid"][i] == L["tid"][b0] and S["depth"][i] == 0
+              and S["start_ns"][i] <= t0 <= S["start_ns"][i] + S["dur_ns"][i]]
+    assert [p.string(int(S["name"][i])) for i in around] == ["capture_32_PIECEWISE"]
     endc = names == "cudaStreamEndCapture"
-    first, last = int(begin.min()), int((L["start_ns"][endc] + L["dur_ns"][endc]).max())
+    first, last = int(S["start_ns"][around[0]]), int((L["start_ns"][endc] + L["dur_ns"][endc]).max())
     ev = events_of(p)
     parts = window_parts(p)
     assert parts.captures == {0: 54} and parts.capture_from == {0: first} and parts.serving_from == {0: last}

@@ -317,7 +317,9 @@ def _graph_align(b: FrameBuild) -> None:
     pattern = None
     if parts and nk:
         ls = b.read("launch_start")[:nk]
-        pattern = parts.part_at(p.tables["kernels"]["rank"], np.where(ls >= 0, ls, b.read("start")[:nk])) != STARTUP
+        K = p.tables["kernels"]
+        pattern = parts.part_at(K["rank"], np.where(ls >= 0, ls, b.read("start")[:nk]),
+                                (K["phase"] >= 0) | (K["step"] >= 0)) != STARTUP
     b.write("graph_align", align_replays(p, reg_k, kfam, pattern))
 
 

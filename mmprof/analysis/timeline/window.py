@@ -10,13 +10,16 @@ vllm/v1/worker/gpu_model_runner.py). Read as one serving step, that window says 
 `window_parts(profile)` tells the parts apart per rank from what the trace holds:
 
 - a rank with graph captures (`*StreamBeginCapture` ... `*StreamEndCapture` runtime calls): start-up is everything
-  launched before the first capture began, the capture part runs from there to the end of the last capture (the
-  warm-up forwards between the captures included), serving is what was launched after it;
+  launched before the first capture began (or before the annotation that encloses it and marks no phase or step:
+  a capture's own range, with the warm-up step it runs first), the capture part runs from there to the end of the
+  last capture (the warm-up forwards between the captures included), serving is what was launched after it;
 - a rank with no capture: everything is serving (vLLM's own profiler starts after start-up; an eager engine's
   start-up forwards look like serving ones and nothing in the trace tells them apart: the note says so when the
   profile was recorded from the process start);
 - a rank with engine steps (`execute_context_*`, ...) and captures: serving also starts no later than its first
-  engine step.
+  engine step; and an event with a phase or a step (an engine step's, `mmprof.step.N`) is serving wherever it ran:
+  mmprof's own runtime runs its prefill step before it captures the decode graph (`mmprof.graph.capture`, in no
+  phase: the capture part).
 
 An event belongs to the part its launch call (its graph launch for a replay; its own start when no launch is
 known) fell in. `serving(ev)` is the event frame restricted to serving, which the report and the checks read
@@ -33,6 +36,7 @@ import numpy as np
 
 from mmprof.analysis.attribution.roofline import Roofline
 from mmprof.analysis.timeline.engine_steps import engine_steps
+from mmprof.labels import is_marker, phase_of, step_of
 from mmprof.units import fmt_ns
 
 EventFrame = Any  # mmprof.analysis.timeline.events.EventFrame (which reads window_parts: no import back)
@@ -59,16 +63,19 @@ class WindowParts:
         """int8 per event: SERVING, STARTUP or CAPTURE."""
         if not self.serving_from or not len(ev):
             return np.zeros(len(ev), dtype=np.int8)
-        return self.part_at(ev.rank, _launch_time(ev))
+        return self.part_at(ev.rank, _launch_time(ev), (ev.phase >= 0) | (ev.step >= 0))
 
-    def part_at(self, rank: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """int8 per (rank, launch time): SERVING, STARTUP or CAPTURE."""
+    def part_at(self, rank: np.ndarray, t: np.ndarray, marked: np.ndarray | None = None) -> np.ndarray:
+        """int8 per (rank, launch time): SERVING, STARTUP or CAPTURE; events `marked` with a phase or a step are
+        serving wherever they ran (mmprof's runtime runs its prefill before it captures the decode graph)."""
         out = np.zeros(len(t), dtype=np.int8)
         for r, s in self.serving_from.items():
             on = rank == r
             c = self.capture_from.get(r, s)
             out[on & (t < s)] = CAPTURE
             out[on & (t < c)] = STARTUP
+        if marked is not None:
+            out[marked] = SERVING
         return out
 
     def note(self, ev: EventFrame, what: str = "the report and the checks look") -> str | None:
@@ -124,6 +131,7 @@ def window_parts(profile: Any) -> WindowParts:
             if not len(e):
                 continue
             first = int(L["start_ns"][b].min())
+            first = _enclosing_start(profile, int(r), int(L["tid"][b[np.argmin(L["start_ns"][b])]]), first)
             last = int((L["start_ns"][e] + np.maximum(L["dur_ns"][e], 0)).max())
             if es is not None and len(es):
                 mine = es[es["rank"] == r]
@@ -134,6 +142,21 @@ def window_parts(profile: Any) -> WindowParts:
             out.captures[int(r)] = len(b)
     profile.derived.put("window_parts", (), stamp, out)
     return out
+
+
+def _enclosing_start(profile: Any, rank: int, tid: int, t: int) -> int:
+    """The start of the outermost annotation of that thread around time t that marks no phase or step (a capture's
+    own range, with the warm-up step it runs first: mmprof's `mmprof.graph.capture`), else t."""
+    if not profile.n("scopes"):
+        return t
+    S = profile.tables["scopes"]
+    on = np.flatnonzero((S["rank"] == rank) & (S["tid"] == tid) & (S["depth"] == 0) & (S["start_ns"] <= t)
+                        & (S["start_ns"] + S["dur_ns"] >= t))
+    for i in on.tolist():
+        name = profile.string(int(S["name"][i])) or ""
+        if phase_of(name) is None and step_of(name) < 0 and not is_marker(name):
+            return min(t, int(S["start_ns"][i]))
+    return t
 
 
 def subset(ev: EventFrame, mask: np.ndarray) -> EventFrame:
