@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.checks.verify import verify
+from mmprof.analysis.compare.comparability import CLEANER, trace_caveats
+from mmprof.analysis.compare.runfacts import profiler_settings
 from mmprof.analysis.timeline.engine_steps import describe, engine_steps
 from mmprof.analysis.timeline.columns import CAT_COMM, CAT_MEMCPY
 from mmprof.analysis.timeline.events import EventFrame, events_of
@@ -282,6 +284,9 @@ def build_report(profile, phase: str | None = None, rank: int | None = None, top
     engine = {ph: describe(es[es["rank"] == (rank if rank is not None else es["rank"].min())], ph)
               for ph in phases} if es is not None and len(es) else {}
     notes = ([part_note] if part_note else []) + list(tl.notes)
+    # the profiler's own cost on what this report calls host time (docs/glossary.md "host time")
+    caveats = trace_caveats(profiler_settings(profile, ev))
+    caveats += [CLEANER] if caveats else []
     return Report(ev.source, devices, agg, per_rank, _checks(profile, shape_regions), notes,
-                  list(dict.fromkeys(tl.warnings + la.warnings)), graph_summary(profile, ev, rank), across,
+                  list(dict.fromkeys(tl.warnings + la.warnings + caveats)), graph_summary(profile, ev, rank), across,
                   engine={k: v for k, v in engine.items() if v != "no engine steps"})
