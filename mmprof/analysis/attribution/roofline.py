@@ -3,8 +3,10 @@
 A kernel's op is `kernels.op` (the innermost CPU op that launched it, carrying input shapes). When one op launched
 several kernels, the op's FLOPs and bytes are shared among them in proportion to duration, so every kernel of the
 op gets the op's arithmetic intensity and the op's achieved rate. The bound compares the intensity with the
-device's ridge point for the op's dtype (bf16/fp16, fp8, fp32). No shapes, an op not covered by
-`mmprof.analysis.attribution.flops`, or no device peak: the bound is unknown ("unattributed compute"), never guessed.
+device's ridge point for the op's dtype (bf16/fp16, fp8, fp32). An op whose kind fixes its bound (`OpCost.bound`:
+Inductor's pointwise and reduction kernels are memory-bound) gets that bound without a FLOP count, and an efficiency
+when its bytes are known. No shapes, an op not covered by `mmprof.analysis.attribution.flops`, or no device peak: the
+bound is unknown ("unattributed compute"), never guessed.
 
 Vectorised: FLOPs are computed once per distinct (op name, input_dims, input_types) and broadcast.
 """
@@ -83,6 +85,7 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
     byts = np.full(n, np.nan)
     dcls = np.full(n, -1, dtype=np.int8)
     peaks, warnings, notes = profile_peaks(profile)
+    mem_kind = np.zeros(n, dtype=bool)  # memory-bound by kind (no FLOP count)
     has = op_idx >= 0
     if eligible is not None:
         has &= eligible
@@ -92,7 +95,7 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
         if eligible is not None:
             over &= eligible
         has &= ~over
-        _text_costs(texts, np.flatnonzero(over), dur_ns, call, flops, byts, dcls)
+        _text_costs(texts, np.flatnonzero(over), dur_ns, call, flops, byts, dcls, mem_kind)
     idx = np.flatnonzero(has)
     if len(idx):
         rows, inv = _unique_triples(profile, op_idx[idx])
@@ -102,9 +105,12 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
         u_fl = np.full(len(rows), np.nan)
         u_by = np.full(len(rows), np.nan)
         u_dc = np.full(len(rows), -1, dtype=np.int8)
+        u_mem = np.zeros(len(rows), dtype=bool)  # memory-bound by kind (no FLOP count)
         for j, r in enumerate(rows.tolist()):
             c = cost_from_text(profile.string(names[r]), profile.string(dims[r]), profile.string(types[r]))
-            if c is not None and c.bytes > 0:
+            if c is not None and c.bound == "memory":
+                u_mem[j], u_by[j] = True, c.bytes
+            elif c is not None and c.bytes > 0:
                 u_fl[j], u_by[j] = c.flops, c.bytes
                 u_dc[j] = _DTYPES.index(c.dtype_class) if c.dtype_class in _DTYPES else -1
         # share each op's work among its kernels by duration
@@ -123,6 +129,7 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
         flops[idx] = u_fl[inv] * share
         byts[idx] = u_by[inv] * share
         dcls[idx] = u_dc[inv]
+        mem_kind[idx] = u_mem[inv]
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = flops / byts
         secs = dur_ns.astype(np.float64) * 1e-9
@@ -166,6 +173,8 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
                 eff[comp[rinv[comp] == i]] = np.nan
             if p.min_mem_bytes:
                 eff[mem[(rinv[mem] == i) & (byts[mem] < p.min_mem_bytes)]] = np.nan
+    _bound_by_kind(mem_kind, byts, ach_b, rank, peaks, bound, eff)
+    if len(ok) or mem_kind.any():
         over = np.isfinite(eff) & (eff > OVER_PEAK)
         if over.any():  # never silently: either the peak or the shape-based work estimate is off
             warnings.append(_over_peak(profile, op_idx, eff, over, peaks, rank, bound))
@@ -173,9 +182,9 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
 
 
 def _text_costs(texts: dict[int, tuple[str, str, str]], idx: np.ndarray, dur_ns: np.ndarray, call: np.ndarray | None,
-                flops: np.ndarray, byts: np.ndarray, dcls: np.ndarray) -> None:
+                flops: np.ndarray, byts: np.ndarray, dcls: np.ndarray, mem_kind: np.ndarray) -> None:
     """FLOPs / bytes / dtype class of the events `idx` from their (name, dims, types) texts, an op call's work shared
-    among its events by duration (as for op rows)."""
+    among its events by duration (as for op rows); `mem_kind` marks those memory-bound by their op's kind."""
     if not len(idx):
         return
     trip = [texts[int(i)] for i in idx.tolist()]
@@ -183,9 +192,12 @@ def _text_costs(texts: dict[int, tuple[str, str, str]], idx: np.ndarray, dur_ns:
     u_fl = np.full(len(uniq), np.nan)
     u_by = np.full(len(uniq), np.nan)
     u_dc = np.full(len(uniq), -1, dtype=np.int8)
+    u_mem = np.zeros(len(uniq), dtype=bool)
     for j, key in enumerate(uniq.tolist()):
         c = cost_from_text(*key.split("\x00"))
-        if c is not None and c.bytes > 0:
+        if c is not None and c.bound == "memory":
+            u_mem[j], u_by[j] = True, c.bytes
+        elif c is not None and c.bytes > 0:
             u_fl[j], u_by[j] = c.flops, c.bytes
             u_dc[j] = _DTYPES.index(c.dtype_class) if c.dtype_class in _DTYPES else -1
     calls, _ = pd.factorize(call[idx] if call is not None else idx)
@@ -197,6 +209,27 @@ def _text_costs(texts: dict[int, tuple[str, str, str]], idx: np.ndarray, dur_ns:
     flops[idx] = u_fl[inv] * share
     byts[idx] = u_by[inv] * share
     dcls[idx] = u_dc[inv]
+    mem_kind[idx] = u_mem[inv]
+
+
+def _bound_by_kind(mem_kind: np.ndarray, byts: np.ndarray, ach_b: np.ndarray, rank: np.ndarray, peaks: dict,
+                   bound: np.ndarray, eff: np.ndarray) -> None:
+    """Events whose op is memory-bound by its kind: that bound where a device peak is known, and the efficiency
+    over the bandwidth roof where their bytes are known."""
+    for r, p in peaks.items():
+        if p is None:
+            continue
+        sel = np.flatnonzero(mem_kind & (rank == r))
+        if not len(sel):
+            continue
+        bound[sel] = BOUND_MEMORY
+        known = sel[np.isfinite(byts[sel])]
+        if len(known):
+            roof = p.mem_bytes_per_s(byts[known])
+            e = np.divide(ach_b[known], roof, out=np.full(len(known), np.nan), where=roof > 0)
+            if p.min_mem_bytes:
+                e[byts[known] < p.min_mem_bytes] = np.nan
+            eff[known] = e
 
 
 def _over_peak(profile, op_idx: np.ndarray, eff: np.ndarray, over: np.ndarray, peaks: dict, rank: np.ndarray,
