@@ -51,7 +51,9 @@ CONFIGS = {"m3_": DIRS[0] / "config" / "m3_tiny_config.json", "rec_graphs": DIRS
            "qwen2moe_": DIRS[1] / "qwen2moe_config.json", "rec_qwen2moe": DIRS[1] / "qwen2moe_config.json",
            "llama_": FAMILIES / "llama_dense" / "config.json", "qwen3moe_": FAMILIES / "qwen3_moe" / "config.json",
            "dsv2lite_": FAMILIES / "deepseek_v2_lite" / "config.json", "dsv3_": FAMILIES / "deepseek_v3" / "config.json",
-           "mixtral_": FAMILIES / "mixtral" / "config.json", "glm45_": FAMILIES / "glm4_moe" / "config.json"}
+           "mixtral_": FAMILIES / "mixtral" / "config.json", "glm45_": FAMILIES / "glm4_moe" / "config.json",
+           # the kit's small M3 (benchmarks/h200/vllm_families.py small_*), beside the checkout
+           "small_": ROOT.parent / "shared" / "tools" / "vllm-kit" / "run" / "small_config" / "config.json"}
 
 
 def _full(path: Path) -> Path:
@@ -130,6 +132,24 @@ def measure(path: Path, cfg: Path | None = None) -> dict:
                  "by_source": {k: round(v / ind.time_ns, 4) for k, v in sorted(ind.by_source.items())},
                  "unplaced": {k: v[0] for k, v in ind.unplaced.items()}}
     cfg = cfg or config_of(path)
+    if cfg is not None and not cfg.exists():
+        cfg = None
+    # graph replays and side streams: the share of their kernel time in a region (the kernels on a stream other
+    # than the one with the most kernel time are the side streams': vLLM's shared-expert stream)
+    K = p.tables["kernels"]
+    is_k = ev.table == 0
+    stream = np.full(len(ev), -1, dtype=np.int64)
+    stream[is_k] = K["stream"][ev.row[is_k]]
+    sk = stream[is_k]
+    main_s = int(max(set(sk.tolist()), key=lambda x: dur[is_k][sk == x].sum())) if len(sk) else -1
+    rep = ev.graph >= 0
+    side = is_k & (stream != main_s)
+
+    def _share(sel):
+        t = float(dur[sel].sum())
+        return {"kernels": int(sel.sum()), "ms": round(t / 1e6, 3),
+                "regions": round(float(dur[sel & reg].sum()) / t, 4) if t else None,
+                "regions_count": round(float((sel & reg).sum()) / int(sel.sum()), 4) if sel.any() else None}
     parts = window_parts(p)
     serving = None
     if parts:
@@ -137,7 +157,9 @@ def measure(path: Path, cfg: Path | None = None) -> dict:
         serving = {"share_of_time": round(float(dur[sv].sum() / total), 4),
                    "regions": round(float(dur[sv & reg].sum() / max(dur[sv].sum(), 1)), 4)}
     return {"trace": path.name, "kernels": int(len(ev)), "kernel_ms": round(total / 1e6, 3), "inductor": ind_d,
-            "regions": round(float(dur[reg].sum() / total), 4), "by_method": by,
+            "regions": round(float(dur[reg].sum() / total), 4),
+            "regions_count": round(float(reg.sum()) / max(len(ev), 1), 4), "by_method": by,
+            "replays": _share(rep), "side_stream": _share(side),
             "ambiguous": {"kernels": int(al.ambiguous), "share": round(al.ambiguous_ns / total, 4)} if al else None,
             "truth": _truth(path, cfg, p, ev) if cfg is not None else None,
             "classified": round(float(dur[ev.classified].sum() / total), 4),

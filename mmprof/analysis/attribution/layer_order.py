@@ -18,7 +18,10 @@ the dense MLP; an attention kernel is the attention; ...). Between two placed ke
 - a dense MLP only in a layer whose other kernels say it is dense, a MoE part only in a layer with MoE kernels;
 - nothing is placed between two kernels of one region (another part can run inside it: M3 runs its shared expert
   between the router GEMM and the router's top-k when the side stream is off);
-- three facts of the decoder layer's code decide where the order alone cannot: the first GEMM after the input
+- facts of the decoder layer's code decide where the order alone cannot: the first norm after layer k's attention
+  is its post-attention norm and the first norm after that, before layer k+1's attention, layer k+1's input norm
+  (no norm runs in o_proj, an MLP or a MoE block; a compiled layer's Inductor norms, known by the op names in
+  their kernel names, are norms here); the first GEMM after the input
   norm is the QKV projection (every attention starts with its input projection), the last GEMM before the
   post-attention norm is o_proj (GEMMs between the attention kernel and it run inside the attention: MLA's
   W_UV up-projection), and the first GEMM after the post-attention norm is the router when the router's top-k
@@ -106,12 +109,13 @@ def fill(profile: Any, reg: Any, family: np.ndarray, eligible: np.ndarray, stats
     fam = np.asarray(family, dtype=object)
     hint = np.full(n, None, dtype=object) if hints is None else np.asarray(hints, dtype=object)
     has_roles = pd.Series(fam).isin(list(fam_roles)).to_numpy() | pd.Series(hint).isin(list(ORDER)).to_numpy()
-    cand = eligible & has_roles & np.asarray(reg.region == None)  # noqa: E711
+    may = eligible & np.asarray(reg.region == None)  # noqa: E711
     if streams is not None:
         ok = np.zeros(n, bool)
         for r, s in streams:
             ok |= (K["rank"] == r) & (K["stream"] == s)
-        cand &= ok
+        may &= ok
+    cand = may & has_roles
     if not cand.any():
         return st
     step = K["step"].astype(np.int64)
@@ -124,7 +128,7 @@ def fill(profile: Any, reg: Any, family: np.ndarray, eligible: np.ndarray, stats
     cuts = np.flatnonzero(np.diff(gkey[rows])) + 1
     names = K["name"]
     for part in np.split(rows, cuts):
-        _fill_group(profile, reg, part, fam, fam_roles, names, K["dur_ns"], st, hint)
+        _fill_group(profile, reg, part, fam, fam_roles, names, K["dur_ns"], st, hint, may)
     return st
 
 
@@ -144,7 +148,8 @@ def _is_reduce(profile: Any, code: int) -> bool:
     return any(r in s for r in _REDUCE)
 
 
-def _fill_group(profile, reg, rows, fam, fam_roles, names, dur, st: OrderStats, hint: np.ndarray) -> None:
+def _fill_group(profile, reg, rows, fam, fam_roles, names, dur, st: OrderStats, hint: np.ndarray,
+                may: np.ndarray) -> None:
     """One (rank, step, stream): passes over the runs of unplaced kernels between anchors."""
     for _ in range(_PASSES):
         region = reg.region[rows]
@@ -158,7 +163,23 @@ def _fill_group(profile, reg, rows, fam, fam_roles, names, dur, st: OrderStats, 
         new = 0
         pos = np.flatnonzero(placed)
         gap = np.flatnonzero(np.diff(pos) >= 2)  # runs of unplaced kernels between two placed ones
-        for a, b in zip(pos[gap].tolist(), pos[gap + 1].tolist()):
+        pairs = list(zip(pos[gap].tolist(), pos[gap + 1].tolist()))
+        tail = len(pos) and pos[-1] < len(rows) - 1 and not model[pos[-1]]
+        if tail:  # after the last placed kernel, to the end of the step: the last layer's rest, the final norm
+            pairs.append((int(pos[-1]), len(rows)))
+        for a, b in pairs:
+            if b == len(rows):
+                for j, lay_j, r in _tail(rows, a, fam, hint, int(layer[a]),
+                                         nord.get(a, anchor_ord(str(role[a]).split("+"), True))):
+                    i = rows[j]
+                    if not may[i]:
+                        continue
+                    reg.layer[i], reg.role[i], reg.region[i], reg.source[i] = lay_j, r, region_name(lay_j, r), SOURCE
+                    st.kernels += 1
+                    st.ns += int(dur[i])
+                    st.by_role[r] = st.by_role.get(r, 0) + int(dur[i])
+                    new += 1
+                continue
             last = model[b] and role[b] == "final_norm" and not model[a]  # the final norm closes the last layer
             if model[a] or (model[b] and not last):
                 continue
@@ -175,6 +196,8 @@ def _fill_group(profile, reg, rows, fam, fam_roles, names, dur, st: OrderStats, 
                 got = {j: v for j, v in got.items() if v[0] == pa[0]}
             for j, (lay, r) in got.items():
                 i = rows[j]
+                if not may[i]:
+                    continue  # not this pass's to place (a replayed kernel, another stream's)
                 reg.layer[i], reg.role[i], reg.region[i], reg.source[i] = lay, r, region_name(lay, r), SOURCE
                 st.kernels += 1
                 st.ns += int(dur[i])
@@ -185,6 +208,25 @@ def _fill_group(profile, reg, rows, fam, fam_roles, names, dur, st: OrderStats, 
 
 
 _ATTN = ("attn.qkv", "attn.norm_rope", "attn.indexer", "attn.core", "attn.o_proj")
+_BETWEEN_QKV_ATTN = ("elementwise", "reduction", "rope", "norm")
+
+
+def _tail(rows, a: int, fam, hint, lay: int, ord_a: int) -> list[tuple[int, int, str]]:
+    """The decoder norms in the unplaced kernels after the step's last placed kernel `a` (of layer `lay`, part
+    `ord_a`), where they hold no attention kernel (else another layer runs there): `*Model.forward` ends with the
+    final norm after the last layer's MLP or MoE block, and no norm runs inside o_proj, an MLP or a MoE block; so
+    after the layer's attention the first norm is its post-attention norm, and after that norm the last one is the
+    final norm. [(index in `rows`, layer, role)]."""
+    run = range(a + 1, len(rows))
+    if ord_a < 4 or any(fam[rows[j]] in ("attention", "sparse_attention", "kv_cache") for j in run):
+        return []
+    norms = [j for j in run if fam[rows[j]] == "norm" or hint[rows[j]] == "norm"]
+    out = []
+    if ord_a < 6 and norms:
+        out.append((norms.pop(0), lay, "norm"))
+    if norms:
+        out.append((norms[-1], -1, "final_norm"))
+    return out
 
 
 def _norm_ords(anchor: np.ndarray, layer: np.ndarray, role: np.ndarray) -> dict[int, int]:
@@ -266,14 +308,33 @@ def _decide_run(profile, rows, run, pa, pb, fam, fam_roles, names, kinds, role_a
         elif "norm" in ra and rb and rb <= set(_MOE) and "router-gemm" not in k:
             for j in gemms[0]:
                 got[j] = (lay, "moe.router")
+    # the decoder norms between two layers' attentions: nothing norm-like runs between an attention's output and
+    # its layer's post-attention norm (o_proj is a GEMM), nor in an MLP or MoE block; so the first norm after layer
+    # k's attention is its post-attention norm, and the first after that norm, before layer k+1's attention, is
+    # layer k+1's input norm (the q/k norms and MLA's kv_a_layernorm come after that layer's first GEMM)
+    nxt_attn = pb[0] == lay + 1 and 1 <= pb[1] <= 5
+    first_norm = next((j for j in run if fam[rows[j]] == "norm" or hint[rows[j]] == "norm"), None)
+    if first_norm is not None and first_norm not in got and nxt_attn:
+        if ra & set(_ATTN) and "norm" not in ra:
+            got[first_norm] = (lay, "norm")
+        elif "norm" in ra and pa[1] == 6:
+            got[first_norm] = (lay + 1, "norm")
     # a dense layer: between its post-attention norm and the next layer's input norm only its MLP runs (the
     # gate/up GEMM, the activation, the down GEMM); dense where no MoE kernel ran in the layer: no MoE part is
     # placed in it and the run holds no MoE-family kernel (a top-k, a grouped GEMM, vLLM's MoE kernels)
     if pa[1] == 6 and pb[0] == lay + 1 and pb[1] <= 5 and not (k & set(_MOE)) and "norm" in ra \
-            and not any(fam[rows[j]] in _MOE_FAMILIES or hint[rows[j]] in _MOE for j in run):
+            and (rb & {"norm", "final_norm"} or first_norm is not None) and not any(fam[rows[j]] in _MOE_FAMILIES or hint[rows[j]] in _MOE for j in run):
         for j in run:
-            if fam[rows[j]] != "norm":
-                got.setdefault(j, (lay, "mlp"))
+            if fam[rows[j]] == "norm" or hint[rows[j]] == "norm":
+                break  # the next layer's input norm: its attention follows
+            got.setdefault(j, (lay, "mlp"))
+    # between a layer's QKV projection and its attention kernel the attention's forward runs only the split of
+    # the projection and the rotary embedding (and the q/k norms): the element-wise kernels there (Inductor fuses
+    # the split into the RoPE: `triton_poi_fused_3`) are the layer's norm_rope
+    if pb[0] == lay and "attn.qkv" in ra and rb & {"attn.core", "attn.norm_rope"} and not gemms:
+        for j in run:
+            if fam[rows[j]] in _BETWEEN_QKV_ATTN and hint[rows[j]] is None:
+                got.setdefault(j, (lay, "attn.norm_rope"))
     if "norm" in ra and pa[1] == 0 and pb[0] == lay and 1 <= pb[1] <= 5:
         for j in run:  # after the input norm, before the attention: a norm inside the attention (q/k norm, MLA's
             if fam[rows[j]] == "norm":  # kv_a_layernorm), not a decoder norm

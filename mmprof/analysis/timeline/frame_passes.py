@@ -325,8 +325,23 @@ def _layer_order(b: FrameBuild) -> None:
     eager = b.read("graph")[:nk] < 0
     reg_k = b.regions_view(slice(0, nk))
     kfam = fam_u[inv] if nk else np.full(nk, "", dtype=object)
-    hints = anchor_roles(p, b.read("structure_index"), "kernels", eager & (reg_k.region == None))  # noqa: E711
+    todo = eager & (reg_k.region == None)  # noqa: E711
+    hints = anchor_roles(p, b.read("structure_index"), "kernels", todo)
+    _inductor_norm_hints(p, todo, hints)
     layer_order.fill(p, reg_k, kfam, eager, streams=layer_order.main_streams(p, eager), hints=hints)
+
+
+def _inductor_norm_hints(p: Any, todo: np.ndarray, hints: np.ndarray) -> None:
+    """An Inductor kernel the Inductor pass left unplaced whose op names are a norm's only
+    (`triton_per_fused_fused_add_rms_norm_0`) is a norm for the layer order (its family is `reduction`)."""
+    names = p.tables["kernels"]["name"]
+    idx = np.flatnonzero(todo & pd.isna(hints))
+    if not len(idx):
+        return
+    uniq, inv = np.unique(names[idx], return_inverse=True)
+    is_norm = np.array([inductor.is_inductor(p.string(int(u)) or "")
+                        and inductor.name_roles(p.string(int(u)) or "") == {"norm"} for u in uniq.tolist()], dtype=bool)
+    hints[idx[is_norm[inv.reshape(-1)]]] = "norm"
 
 
 def _graph_align(b: FrameBuild) -> None:
