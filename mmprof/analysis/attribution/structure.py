@@ -29,6 +29,7 @@ NONE = -1
 # a module with a child of one of these kinds is a MoE block whatever its class name (gpt-oss: `MLPBlock`)
 _MOE_CHILD = ("experts", "router", "fused_moe", "shared_experts")
 _NOT_MOE = ("causal_lm", "model", "decoder_layer")  # kinds that hold MoE blocks, never are one
+_CALL_COMPILED = "## Call CompiledFxGraph"
 _MODEL_ROLES = ("embed", "lm_head", "final_norm", "sampler", "rope")
 _KEEP = ("moe.routed", "moe.shared", "attn.indexer", "lm_head", "embed", "sampler")
 
@@ -125,13 +126,17 @@ def module_trees(profile: Any) -> dict[int, ModuleTree]:
     return trees
 
 
-def _module_region(tree: ModuleTree, chain: list[str]) -> Region | None:
-    """Region of an event whose enclosing module instances are `chain` (outermost first)."""
+def _module_region(tree: ModuleTree, chain: list[str | None]) -> Region | None:
+    """Region of an event whose enclosing module instances are `chain` (outermost first; None: a compiled-graph
+    call between two of them, after which the parent is unknown)."""
     rules = roles()
     layer = -1
     role: str | None = None
     parent_kind: str | None = None
     for name in chain:
+        if name is None:
+            parent_kind = None
+            continue
         kind = tree.kind(name)
         if name in tree.layer_of:
             layer = tree.layer_of[name]
@@ -199,10 +204,26 @@ class StructureIndex:
         if s:
             r = parse_path(s)
             if r is None and rank in self.trees and "nn.Module: " in s:
-                chain = [p for p in s.split(SEP) if module_event(p) is not None]
+                # a module called from inside a compiled graph (`## Call CompiledFxGraph <key> ##`: compiled code
+                # runs no module, so it is one an opaque custom op calls: the gate vLLM's FusedMoE runs inside
+                # `vllm::moe_forward`) has no known parent: the modules outside that call are not its parents
+                chain = [None if p.startswith(_CALL_COMPILED) else p for p in s.split(SEP)
+                         if p.startswith(_CALL_COMPILED) or module_event(p) is not None]
                 r = _module_region(self.trees[rank], chain)
         self._cache[key] = r
         return r
+
+    def called_linear(self, rank: int, code: int) -> bool:
+        """Whether the innermost module of scope path `code` is a linear called from inside a compiled graph (by
+        an opaque custom op: vLLM's FusedMoE calls its `gate=` inside `vllm::moe_forward`, MoERunner._forward_impl
+        in vllm/model_executor/layers/fused_moe/runner/moe_runner.py)."""
+        s = self.profile.string(code) if code >= 0 else None
+        if not s or rank not in self.trees or _CALL_COMPILED not in s:
+            return False
+        parts = s.split(SEP)
+        last = max((k for k, q in enumerate(parts) if module_event(q) is not None), default=-1)
+        seen = any(q.startswith(_CALL_COMPILED) for q in parts[:last])
+        return last >= 0 and seen and self.trees[rank].kind(parts[last]) == "linear"
 
     def anchor_of(self, op: int) -> tuple[int, str | None]:
         """The innermost op at or above CPU op `op` that the role rules name a region anchor ([[op]] in
@@ -392,6 +413,8 @@ def _apply_op_anchors(profile: Any, idx: StructureIndex, t: dict[str, np.ndarray
                 if ol >= 0:
                     out.layer[j], out.region[j] = ol, region_name(ol, out.role[j])
             continue
+        if role == "moe.routed" and idx.called_linear(int(ranks[j]), int(codes[j])):
+            role = "moe.router"  # the gate FusedMoE calls inside its op (roles.toml: never a routed expert)
         out.layer[j], out.role[j], out.region[j] = layer, role, region_name(layer, role)
         out.source[j] = out.source[j] or "op"
 
