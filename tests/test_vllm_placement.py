@@ -379,3 +379,21 @@ def test_a_vllm_profiler_window_is_all_serving():
     p = import_paths([data_file("vllm_own", "m3_graphs_b1.pt.trace.json.xz")])
     ev = events_of(p)
     assert not window_parts(p) and serving(p, ev) == (ev, None)
+
+
+def test_order_places_a_compiled_mla_layers_input_projections():
+    # vLLM's compiled DeepSeek-V2-Lite (q_lora_rank null: benchmarks/h200/vllm_configs/deepseek_v2_lite; the
+    # H200 trace dsv2lite_graphs_b8, step 0): DeepseekV2MLAAttention runs q_proj and kv_a_proj_with_mqa, splits
+    # their output, kv_a_layernorm (an RMSNorm with no residual) and the RoPE before the MLA op
+    # (vllm/model_executor/models/deepseek_v2.py, vllm/model_executor/layers/mla.py); the absorbed W_UK / W_UV
+    # GEMMs run inside the op (placed by it). Every GEMM between the layer's first projection and the op is an
+    # input projection, the Inductor kernels there its norm_rope
+    seq = [("triton_per_fused__to_copy_embedding_rms_norm_0", "reduction", "embed+layers.0.norm"),
+           ("nvjet_q", "gemm", None), ("nvjet_kv_a", "gemm", None), ("triton_poi_fused_1", "elementwise", None),
+           ("triton_per_fused_2", "reduction", None), ("concat_and_cache_mla", "kv_cache", "layers.0.attn.core"),
+           ("nvjet_w_uk", "gemm", "layers.0.attn.core"), ("flash_fwd", "attention", "layers.0.attn.core"),
+           ("nvjet_w_uv", "gemm", "layers.0.attn.core"), ("nvjet_o", "gemm", None)]
+    got, src = _fill(seq)
+    assert got[1:5] == ["layers.0.attn.qkv", "layers.0.attn.qkv", "layers.0.attn.norm_rope", "layers.0.attn.norm_rope"]
+    assert set(src[1:5]) == {"order"}
+

@@ -328,10 +328,16 @@ def _decide_run(profile, rows, run, pa, pb, fam, fam_roles, names, kinds, role_a
             if fam[rows[j]] == "norm" or hint[rows[j]] == "norm":
                 break  # the next layer's input norm: its attention follows
             got.setdefault(j, (lay, "mlp"))
-    # between a layer's QKV projection and its attention kernel the attention's forward runs only the split of
-    # the projection and the rotary embedding (and the q/k norms): the element-wise kernels there (Inductor fuses
-    # the split into the RoPE: `triton_poi_fused_3`) are the layer's norm_rope
-    if pb[0] == lay and "attn.qkv" in ra and rb & {"attn.core", "attn.norm_rope"} and not gemms:
+    # between a layer's QKV projection and its attention kernel the attention's forward runs only its input
+    # projections, the split of their output and the rotary embedding (and the q/k norms; MLA: q_proj or
+    # q_a_proj + q_a_layernorm + q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm; deepseek_v2.py
+    # DeepseekV2MLAAttention / vllm/model_executor/layers/mla.py, the absorbed W_UK inside the attention op): the
+    # GEMMs there are its QKV projection, the element-wise kernels (Inductor fuses the split into the RoPE:
+    # `triton_poi_fused_3`; the norms: `triton_per_fused_2`) its norm_rope
+    if pb[0] == lay and "attn.qkv" in ra and rb & {"attn.core", "attn.norm_rope"}:
+        for g in gemms:
+            for j in g:
+                got.setdefault(j, (lay, "attn.qkv"))
         for j in run:
             if fam[rows[j]] in _BETWEEN_QKV_ATTN and hint[rows[j]] is None:
                 got.setdefault(j, (lay, "attn.norm_rope"))
