@@ -28,7 +28,7 @@ nested into a module tree) or `shape` (op shapes matched against a model config)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -228,6 +228,7 @@ class RoleRules:
     classes: tuple[_Rule, ...]
     contexts: tuple[tuple[str, str, str], ...]  # (kind, parent kind, role)
     ops: tuple[_Rule, ...] = ()                 # CPU op name -> role (engine custom ops as region anchors)
+    families: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kernel family -> the layer parts it can be
 
     def path_role(self, suffix: str) -> str | None:
         for r in self.paths:
@@ -276,8 +277,16 @@ def load_roles(path: str | Path = ROLES_FILE) -> RoleRules:
         if not all(isinstance(c.get(k), str) for k in ("kind", "parent", "role")):
             raise BadInput(f"{where}: [[context]] #{i + 1}: needs string `kind`, `parent` and `role`")
         contexts.append((c["kind"], c["parent"], c["role"]))
+    families: dict[str, tuple[str, ...]] = {}
+    for i, f in enumerate(doc.get("family", [])):
+        rs = f.get("roles") if isinstance(f, dict) else None
+        if not isinstance(f.get("family") if isinstance(f, dict) else None, str) or not isinstance(rs, list) \
+                or not all(isinstance(r, str) for r in rs):
+            raise BadInput(f"{where}: [[family]] #{i + 1}: needs a string `family` and a list of string `roles`")
+        families[f["family"]] = tuple(rs)
     return RoleRules(_compile(doc, "path", "role", where), _compile(doc, "model", "role", where),
-                     _compile(doc, "class", "kind", where), tuple(contexts), _compile(doc, "op", "role", where))
+                     _compile(doc, "class", "kind", where), tuple(contexts), _compile(doc, "op", "role", where),
+                     families)
 
 
 @lru_cache(maxsize=1)

@@ -11,6 +11,8 @@ applies. Run `python tests/graph_variants.py` to print what each variant holds a
   piece, and the attention kernels become eager kernels with no op and no module events (at replay vLLM calls the
   recorded Python function directly: no module runs). `annotated=False` also hides the engine-step annotation
   (a trace without vLLM's `execute_context_*` ranges): each piece is then aligned alone.
+- `piecewise_mixed`: `piecewise` with the eager attention running kernels of the same families under names no eager
+  step ran (a mixed prefill + decode step's prefill tokens).
 - `one_range_for_all`: one outermost range around all steps (the FULL replays of many steps in one range).
 - `side_stream_off`: the shared expert on the main stream in the replays (`VLLM_DISABLE_SHARED_EXPERTS_STREAM=1`
   in the graph run only), while the eager prefill in the same trace ran it on the side stream.
@@ -146,6 +148,33 @@ def piecewise(annotated: bool = True):
     return _profile(p.tables, p.meta, p.strings)
 
 
+# the kernels a mixed step's eager attention runs instead (its prefill tokens: another FlashAttention kernel, the
+# indexer's and the sparse attention's prefill variants), named so that each keeps its family (rules/kernels_*.toml)
+_MIXED = (("FlashAttnFwdSm90", "flash_fwd_splitkv_mixed_kernel"), ("FlashAttnFwdCombine", "flash_fwd_combine_mixed_kernel"),
+          ("_decode_index_score_kernel", "_prefill_index_score_kernel_mixed"),
+          ("_topk_index_partial_kernel", "_topk_index_prefill_kernel_mixed"),
+          ("_topk_index_merge_kernel", "_topk_index_merge_kernel_mixed"),
+          ("_gqa_sparse_decode_kernel", "_gqa_sparse_prefill_kernel_mixed"),
+          ("_merge_topk_attn_out_kernel", "_merge_topk_attn_out_kernel_mixed"))
+
+
+def piecewise_mixed():
+    """`piecewise`, with the eager attention between the pieces running kernels no eager step of the trace ran
+    (a mixed prefill + decode step: its prefill tokens take other kernels of the same families), so the alignment
+    cannot pair them by name: the layer order between the pieces places them."""
+    p = piecewise()
+    K = p.tables["kernels"]
+    for r in np.flatnonzero((K["graph"] < 0) & (truth_layers(p) != -9)).tolist():
+        n = p.string(int(K["name"][r])) or ""
+        new = next((b for a, b in _MIXED if a in n), None)
+        if new is None:
+            continue
+        if new not in p.strings:
+            p.strings.append(new)
+        K["name"][r] = p.strings.index(new)
+    return _profile(p.tables, p.meta, p.strings)
+
+
 def one_range_for_all():
     """One outermost annotation around every step (as `mmprof.decode` in mmprof's runtime), the step ranges inside
     it: the FULL replays of many steps fall in one range."""
@@ -206,6 +235,7 @@ def no_eager_regions():
 
 
 VARIANTS = {"real": real, "piecewise": piecewise, "piecewise_unannotated": lambda: piecewise(False),
+            "piecewise_mixed": piecewise_mixed,
             "one_range_for_all": one_range_for_all, "side_stream_off": side_stream_off, "renamed_every_3rd": lambda: renamed(3),
             "one_replay_seen_nowhere": lambda: renamed(1, 1), "other_grids": other_grids,
             "no_eager_regions": no_eager_regions}

@@ -89,3 +89,39 @@ def test_by_shape_on_another_runtimes_trace_uses_shape_matching(tmp_path, capsys
     assert rc == 0 and "aten::_grouped_mm" in text and "time per op" in text
     rc, _, err = _cli(["report", str(prof), "--by-shape", "--html", "x.html"], capsys)
     assert rc == 2 and "--by-shape" in err
+
+
+def test_events_with_no_op_are_counted_by_their_cause():
+    # vLLM's compiled Qwen2-MoE (tests/data/vllm_own): its engine's Triton kernels (`_prepare_prefill_inputs_kernel`,
+    # the sampler's) and flashinfer's launch straight from Python, under no torch op; the note counts them as such,
+    # not as "no launch correlation or no record_shapes" (they have both). Recounted from the raw JSON: eager
+    # kernels whose launch call (by correlation) no cpu_op of its thread encloses
+    from tests.conftest import open_data
+
+    path = data_file("vllm_own", "qwen2moe_graphs_b1.pt.trace.json.xz")
+    ev_raw = json.load(open_data(path))["traceEvents"]
+    launch = {e["args"]["correlation"]: e for e in ev_raw if e.get("cat") in ("cuda_runtime", "cuda_driver")
+              and "correlation" in e.get("args", {})}
+    ops = defaultdict(list)
+    for e in ev_raw:
+        if e.get("cat") == "cpu_op":
+            ops[e["tid"]].append((e["ts"], e["ts"] + e["dur"]))
+    bare = 0
+    for k in ev_raw:
+        if k.get("cat") != "kernel":
+            continue
+        la = launch.get(k["args"]["correlation"])
+        if la is None or "graph" in la["name"].lower():
+            continue
+        if not any(a <= la["ts"] <= b for a, b in ops[la["tid"]]):
+            bare += 1
+    assert bare > 0
+    res = by_shape(import_paths([path]))
+    note = next(n for n in res.notes if "events have no CPU op" in n)
+    assert f"{bare} launched by a runtime call no CPU op encloses" in note
+    assert "record_shapes" not in note
+    # and the replayed kernels with a twin stand under its op, at the replay's token count (1: a batch-1 decode)
+    twin = next(n for n in res.notes if "stand under their twin's op" in n)
+    assert int(twin.split()[0]) > 100
+    mm = [r for r in res.rows if r.op == "aten::mm" and r.shapes.startswith("[[1,")]
+    assert mm and all(r.bound in ("memory", "compute") for r in mm)

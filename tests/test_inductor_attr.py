@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from mmprof.analysis.attribution import inductor
+from mmprof.analysis.attribution import inductor, layer_order
 from mmprof.analysis.timeline.events import events_of
 from mmprof.cli import cli, main
 from mmprof.errors import BadInput
@@ -232,14 +232,14 @@ def test_a_name_in_two_compiled_graphs_is_not_cycled(tmp_path):
 
 def test_place_follows_the_order_of_a_pre_norm_layer():
     # the order of a pre-norm decoder layer (transformers' / vLLM's *DecoderLayer.forward): input norm, qkv,
-    # rope, attention, o_proj, post-attention norm, router, experts / MLP; ords from inductor._ORD
+    # rope, attention, o_proj, post-attention norm, router, experts / MLP; ords from layer_order.ORDER
     core, moe, router = 4, 8, 7
-    assert inductor._place("norm", (3, core), (3, router)) == 3      # post-attention norm of layer 3
-    assert inductor._place("norm", (3, moe), (4, 2)) == 4            # layer 4's input norm (next anchor: its rope)
-    assert inductor._place("norm", (11, moe), None) == -2            # after the last layer's MoE: the final norm
-    assert inductor._place("norm", (3, core), (4, core)) is None     # post of 3 or input of 4: not fixed
-    assert inductor._place("moe.router", (3, core), (4, core)) == 3
-    assert inductor._place("attn.qkv", (3, moe), (5, core)) is None  # a layer skipped: no guess
+    assert layer_order.place("norm", (3, core), (3, router)) == 3      # post-attention norm of layer 3
+    assert layer_order.place("norm", (3, moe), (4, 2)) == 4            # layer 4's input norm (next anchor: its rope)
+    assert layer_order.place("norm", (11, moe), None) == -2            # after the last layer's MoE: the final norm
+    assert layer_order.place("norm", (3, core), (4, core)) is None     # post of 3 or input of 4: not fixed
+    assert layer_order.place("moe.router", (3, core), (4, core)) == 3
+    assert layer_order.place("attn.qkv", (3, moe), (5, core)) is None  # a layer skipped: no guess
 
 
 def test_no_layer_context_crosses_a_model_level_kernel():

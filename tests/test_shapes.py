@@ -328,3 +328,16 @@ def test_profile_comparison_counts_add_up_and_use_the_shape_regions(capsys):
         main(["shapes", "--profile", files[0], "--profile", files[1], "--json"])
     c = _json.loads(capsys.readouterr().out)["comparison"]
     assert c["compared"] is False and c["calls"] > 0
+
+
+def test_profile_with_another_familys_config_and_tp_is_compared(capsys):
+    # `shapes --profile TRACE --model CONFIG --tp 1` with a Qwen2-MoE config: both are given, so the message must not
+    # say "no model config and TP size"; the traced calls are compared with vLLM's layout of that config (all 87
+    # GEMM and attention calls of the excerpt's 3 forwards: qwen2_moe.py's projections, router, shared expert and
+    # its gate, LM head, vllm::unified_attention_with_output)
+    rc, out, err = run_cli(capsys, "--profile", str(data_file("vllm_own", "qwen2moe_eager_b8_first3.pt.trace.json.xz")),
+                           "--model", str(data_file("vllm_own", "qwen2moe_config.json")), "--tp", "1")
+    assert rc == 0, err
+    flat = " ".join(out.split())
+    assert "pass --model" not in flat and "no model config" not in flat
+    assert "profile: 87 calls: 87 match the vllm-cuda layout's per-rank shapes, 0 differ" in flat

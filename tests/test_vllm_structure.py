@@ -321,6 +321,22 @@ LAYOUTS = {
         (f"nn.Module: ReplicatedLinear_{i}", "gemv_router"),
         (f"nn.Module: FusedMoE_{i}", [("vllm::moe_forward", [("_moe_C::topk_softmax", "topkGating"),
                                                                 ("vllm::x", "fused_moe_kernel")])])]),
+    # vLLM 0.26's qwen3_moe.py: FusedMoE(gate=self.gate, shared_experts=None) -> the MoERunner module calls the
+    # gate itself, inside the `vllm::moe_forward` op (layers/fused_moe/runner/moe_runner.py `_forward_impl`:
+    # `router_logits, _ = self.gate(hidden_states)`); no shared expert
+    "qwen3_moe_internal_gate": ("Qwen3MoeSparseMoeBlock", lambda i: [
+        (f"nn.Module: MoERunner_{i}", [("vllm::moe_forward", [
+            (f"nn.Module: ReplicatedLinear_{i}", "gemv_router"), ("_moe_C::topk_softmax", "topkGating"),
+            ("_moe_C::moe_align_block_size", "moe_align_block_size_kernel"),
+            ("vllm::x", "fused_moe_kernel")])])]),
+    # vLLM 0.26's deepseek_v2.py (DeepSeek V2 / V3): FusedMoE(gate=GateLinear, shared_experts=DeepseekV2MLP): the
+    # gate, then the shared expert (SharedExperts, NO_OVERLAP order: before the top-k), the grouped top-k, the
+    # fused experts, all inside `vllm::moe_forward_shared`
+    "deepseek_v3_internal_gate": ("DeepseekV2MoE", lambda i: [
+        (f"nn.Module: MoERunner_{i}", [("vllm::moe_forward_shared", [
+            (f"nn.Module: GateLinear_{i}", "gemv_router"),
+            (f"nn.Module: SharedExperts_{i}", [_mlp("DeepseekV2MLP", i)]),
+            ("_moe_C::grouped_topk", "grouped_topk_kernel"), ("vllm::x", "fused_moe_kernel")])])]),
     # gpt_oss.py: TransformerBlock > OAIAttention, MLPBlock (router = nn.Linear, experts = FusedMoE)
     "gpt_oss": ("MLPBlock", lambda i: [
         (f"nn.Module: Linear_{i}", "gemv_router"),
@@ -343,7 +359,7 @@ def test_other_vllm_moe_layouts(tmp_path, layout):
     names = p.col("kernels", "name", decode=True)
     k = frame.table == 0
     got = {(names[r], int(la), ro) for r, la, ro in zip(frame.row[k], frame.layer[k], frame.role[k])}
-    want_shared = layout not in ("mixtral", "gpt_oss")
+    want_shared = layout not in ("mixtral", "gpt_oss", "qwen3_moe_internal_gate")
     for i in range(2):
         assert ("fused_moe_kernel", i, "moe.routed") in got
         assert ("gemv_router", i, "moe.router") in got

@@ -12,8 +12,10 @@ op of their own, hence no shapes and no scope. `attribute_replays(profile)` work
    of the call that created its node. Replays that several captures with different ops would fit are left to
    the next rule (counted as ambiguous).
 3. **eager**: the same kernel sequence run without a graph, in this profile or in a reference profile
-   (`ref`): each replay's kernels, as (name, grid) tokens, are aligned with the eager kernels (launch order); a
-   matched kernel takes the eager kernel's op. A reference profile's ops are copied in (start = the graph
+   (`ref`): each replay's kernels, as (name, grid, main or side stream) tokens, are aligned with the eager kernels
+   (launch order); a kernel matched inside a run of at least 2 kernels matched in a row takes the eager kernel's
+   op (a lone match is a coincidence of names: vLLM's decode replays share a Fill or a cuBLAS tile with other
+   parts of the prefill, docs/graphs.md). A reference profile's ops are copied in (start = the graph
    launch, duration 0, `op_source` ref) so shapes, scopes and the roofline follow.
 4. otherwise the kernels keep no op (`op_source` null) and are classified by name only. Shapes are never guessed.
 
@@ -39,6 +41,7 @@ _NODE_CALL = re.compile(r"launch|memcpy|memset", re.IGNORECASE)     # calls that
 _COPY_CALL = re.compile(r"memcpy|memset", re.IGNORECASE)
 _NOT_NODE = re.compile(r"graph\w*launch|hostfunc|launchhost", re.IGNORECASE)
 _MAX_CANDIDATES = 256
+_MIN_RUN = 2   # a partial eager match counts only in runs of this many kernels matched in a row
 
 SOURCES = ("launch", "capture", "eager", "ref")
 
@@ -193,7 +196,10 @@ def _apply_capture(profile: Profile, events: np.ndarray, is_copy: np.ndarray, ca
 
 
 class _Tokens:
-    """(kernel name, grid) -> small int, shared by the profile and its reference."""
+    """(kernel name, grid, side stream) -> small int, shared by the profile and its reference. A kernel on a side
+    stream (any stream but the one most of the run's kernels use: vLLM's shared-expert stream) is another token
+    than the same kernel on the main stream: the shared expert's gate GEMM on the side stream and the router GEMM
+    on the main one pick the same cuBLAS kernel and grid at some batch sizes, and are not twins."""
 
     def __init__(self) -> None:
         self.ids: dict[tuple, int] = {}
@@ -202,9 +208,16 @@ class _Tokens:
         K = profile.tables["kernels"]
         names = [profile.string(int(c)) for c in K["name"][rows].tolist()]
         grids = zip(K["grid_x"][rows].tolist(), K["grid_y"][rows].tolist(), K["grid_z"][rows].tolist())
+        st = K["stream"][rows]
+        side = (st != _mode(st)).tolist() if len(rows) else []
         ids = self.ids
-        return np.fromiter((ids.setdefault((n, *gr), len(ids)) for n, gr in zip(names, grids)), dtype=np.int64,
-                           count=len(rows))
+        return np.fromiter((ids.setdefault((n, *gr, sd), len(ids)) for n, gr, sd in zip(names, grids, side)),
+                           dtype=np.int64, count=len(rows))
+
+
+def _mode(a: np.ndarray) -> int:
+    u, c = np.unique(a, return_counts=True)
+    return int(u[np.argmax(c)])
 
 
 class _Eager:
@@ -243,12 +256,15 @@ class _Eager:
             return out
         if best == n:
             return np.arange(best_s, best_s + n)
-        # partial: refine around the best window with a sequence alignment (insertions / deletions)
+        # partial: refine around the best window with a sequence alignment (insertions / deletions); only runs of
+        # _MIN_RUN or more kernels matched in a row count: a lone match (a Fill kernel, a cuBLAS tile that another
+        # part of the layer uses at another batch size) is a coincidence of names, not a twin
         pad = max(8, n // 10)
         lo, hi = max(best_s - pad, 0), min(best_s + n + pad, m)
         sm = SequenceMatcher(None, seq.tolist(), self.tok[lo:hi].tolist(), autojunk=False)
         for a, b, size in sm.get_matching_blocks():
-            out[a:a + size] = np.arange(lo + b, lo + b + size)
+            if size >= _MIN_RUN:
+                out[a:a + size] = np.arange(lo + b, lo + b + size)
         return out
 
 

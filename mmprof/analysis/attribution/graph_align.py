@@ -36,9 +36,12 @@ from typing import Any
 
 import numpy as np
 
+from mmprof.analysis.attribution import layer_order, side_streams
 from mmprof.analysis.attribution.structure import Regions
 
-SOURCES = ("replay-name", "replay-family", "replay-between")
+ALIGNED = ("replay-name", "replay-family", "replay-slot", "replay-between")
+SOURCES = (*ALIGNED, side_streams.SOURCE, layer_order.SOURCE)
+AMBIGUOUS = "ambiguous"   # the label source of a replayed kernel that equal-score alignments placed differently
 _GAP = 2                     # an unpaired replay kernel
 _SKIP = 1                    # an eager kernel skipped inside the stretch (prefill / mixed steps run extra kernels)
 _NEG = -(1 << 20)
@@ -60,13 +63,19 @@ class AlignStats:
     unattributed: int = 0
     unattributed_ns: int = 0
     ambiguous: int = 0
+    ambiguous_ns: int = 0
     skipped: int = 0
     trimmed: int = 0
+    stream_moved: int = 0        # side-stream kernels whose aligned layer the main stream corrected
+    # per kernel row: the eager kernel it was paired with (by name, family or slot: the same op at another token
+    # count), -1 none; where the replays' shapes come from (mmprof.analysis.timeline.replay_shapes)
+    twin: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"sequences": self.sequences, "aligned": self.aligned, "kernels": dict(self.kernels),
                 "ns": dict(self.ns), "unattributed": self.unattributed, "unattributed_ns": self.unattributed_ns,
-                "ambiguous": self.ambiguous, "skipped": self.skipped, "trimmed": self.trimmed}
+                "ambiguous": self.ambiguous, "ambiguous_ns": self.ambiguous_ns, "skipped": self.skipped,
+                "trimmed": self.trimmed, "stream_moved": self.stream_moved}
 
 
 class _Ref:
@@ -176,11 +185,15 @@ def _align(ref: _Ref, qn, qg, qf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return pos, exact, amb
 
 
-def _between(pos: np.ndarray, stream: np.ndarray, ref: _Ref) -> np.ndarray:
-    """Ref region index (a ref position) for unpaired query kernels enclosed, on their stream, by paired kernels
-    of one region with only that region between them in the eager run; -1 elsewhere."""
+def _between(pos: np.ndarray, stream: np.ndarray, ref: _Ref) -> tuple[np.ndarray, np.ndarray]:
+    """For unpaired query kernels between two paired ones on their stream: (ref position whose region they take,
+    -1 elsewhere; True where it is a slot). A run of k unpaired kernels between partners with exactly k eager
+    kernels between them takes their slots one by one (vLLM's small-batch MoE runs one Fill kernel where the
+    prefill ran `moe_align_block_size`: the same place in the layer); otherwise a run whose partners, and every
+    eager kernel between them, are in one region R is in R."""
     n = len(pos)
     out = np.full(n, -1, np.int64)
+    slot = np.zeros(n, dtype=bool)
     for s in np.unique(stream).tolist():
         idx = np.flatnonzero(stream == s)
         paired = idx[pos[idx] >= 0]
@@ -188,15 +201,22 @@ def _between(pos: np.ndarray, stream: np.ndarray, ref: _Ref) -> np.ndarray:
             continue
         for a, b in zip(paired[:-1].tolist(), paired[1:].tolist()):
             gap = idx[(idx > a) & (idx < b)]
+            gap = gap[pos[gap] < 0]
             if not len(gap):
                 continue
             ra, rb = pos[a], pos[b]
+            if rb <= ra:
+                continue
+            if rb - ra - 1 == len(gap) and all(r is not None for r in ref.region[ra + 1:rb].tolist()):
+                out[gap] = np.arange(ra + 1, rb)
+                slot[gap] = True
+                continue
             reg = ref.region[ra]
-            if reg is None or ref.region[rb] != reg or rb < ra:
+            if reg is None or ref.region[rb] != reg:
                 continue
             if all(r == reg for r in ref.region[ra:rb + 1].tolist()):
-                out[gap[pos[gap] < 0]] = ra
-    return out
+                out[gap] = ra
+    return out, slot
 
 
 def _groups(profile: Any, graphs: np.ndarray) -> list[list[int]]:
@@ -222,19 +242,23 @@ def _groups(profile: Any, graphs: np.ndarray) -> list[list[int]]:
     return list(key.values())
 
 
-def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
+def align_replays(profile: Any, reg: Regions, family: np.ndarray, pattern: np.ndarray | None = None) -> AlignStats:
     """Fill `reg` (the regions of every kernel row, as `structure.regions` gives them) for replayed kernels that
-    have none, from the eager kernels of the same rank; `family` is each kernel's family. Returns the counts."""
+    have none, from the eager kernels of the same rank; `family` is each kernel's family; `pattern`, when given,
+    the eager kernels that may serve as the pattern (not the engine's start-up: its profile run and compile-time
+    forwards run other kernels than serving). Returns the counts."""
     st = AlignStats()
     K = profile.tables["kernels"]
     n = profile.n("kernels")
+    st.twin = np.full(n, -1, np.int64)
     if not n:
         return st
     graph = K["graph"]
     has = reg.region != None  # noqa: E711
-    # replayed kernels no capture, eager twin or reference explained (an op they have names their region, or
-    # says there is none: the alignment never overrides it)
-    need = (graph >= 0) & ~has & (K["op"] < 0)
+    # replayed kernels with no region: an op they have (from the capture, an eager twin or a reference) that names
+    # a region is never overridden; one that names none (a captured or eager op of compiled code, which runs no
+    # module) leaves the kernel to the alignment like a kernel with no op
+    need = (graph >= 0) & ~has
     if not need.any():
         return st
     grid = np.unique(np.stack([K["grid_x"], K["grid_y"], K["grid_z"]], axis=1), axis=0, return_inverse=True)[1]
@@ -248,12 +272,25 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
     for rank in np.unique(K["rank"][need]).tolist():
         on_rank = np.flatnonzero(K["rank"] == rank)
         by_start = on_rank[np.lexsort((on_rank, start[on_rank]))]
-        eager = by_start[(graph[by_start] < 0) & has[by_start]][:_MAX_REF]
+        # the pattern is every eager kernel, placed or not: a replayed kernel pairs with its twin even where the
+        # twin has no region (compiled code: no module), rather than with the next placed kernel of its name (a
+        # shared-expert GEMM of the same cuBLAS tile as the replay's o_proj)
+        ok = (graph[by_start] < 0).copy()
+        if pattern is not None:
+            ok &= pattern[by_start]
+        eager = by_start[ok][:_MAX_REF]
         # the main stream and the side streams (vLLM's shared-expert stream) are aligned apart: across streams
         # the device order of a replay is not its capture order
         main_e = _mode(K["stream"][eager])
-        refs = (_Ref(eager[K["stream"][eager] == main_e], name, grid, fam, reg.region, (rank, "main")),
-                _Ref(eager[K["stream"][eager] != main_e], name, grid, fam, reg.region, (rank, "side")))
+        on_main_e = K["stream"][eager] == main_e
+        refs = (_Ref(eager[on_main_e], name, grid, fam, reg.region, (rank, "main")),
+                _Ref(eager[~on_main_e], name, grid, fam, reg.region, (rank, "side")),
+                # a replay that runs work on a side stream runs the shared expert there (vLLM: steps of <= 256
+                # tokens), so its main stream holds no shared expert even where the eager steps ran it on the main
+                # stream (a long prefill): its main stream is aligned without those kernels (the shared expert's
+                # gate GEMM and the router's use one cuBLAS kernel at batch 1: they would pair by name)
+                _Ref(eager[on_main_e & (reg.role[eager] != "moe.shared")], name, grid, fam, reg.region,
+                     (rank, "main-no-shared")))
         launches = np.unique(graph[on_rank][need[on_rank]])
         main_q = _mode(K["stream"][on_rank][need[on_rank]])
         # each replay's first and last position in the rank's start order
@@ -282,8 +319,24 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
                 continue
             st.sequences += 1
             on_main = K["stream"][q] == main_q
-            _attribute(q[on_main], ok[on_main], refs[0], name, grid, fam, K["stream"], reg, amb, st, cache)
+            side_work = bool(((graph[q] >= 0) & ~on_main).any())
+            _attribute(q[on_main], ok[on_main], refs[2] if side_work else refs[0], name, grid, fam, K["stream"], reg,
+                       amb, st, cache)
             _attribute(q[~on_main], ok[~on_main], refs[1], name, grid, fam, K["stream"], reg, amb, st, cache)
+        # the side streams by the main stream they fork from and join (side_streams.py), then the order of the
+        # layer's parts for what is still open on the main streams (layer_order.py)
+        ctx = [by_start[a:b + 1] for a, b, _ in windows]
+        p_n, _, moved = side_streams.place_side(profile, reg, ctx, ALIGNED)
+        st.stream_moved += moved
+        mains = {(rank, main_q), (rank, main_e)}
+        between = np.zeros(n, dtype=bool)
+        for a, b, together in windows:
+            if together:
+                between[by_start[a:b + 1]] = True
+        open_eager = between & (graph < 0) & (reg.region == None)  # noqa: E711
+        layer_order.fill(profile, reg, family, need | open_eager, streams=np.array(sorted(mains), np.int64))
+        p2, _, moved = side_streams.place_side(profile, reg, ctx, ALIGNED)  # what the order placed on main
+        st.stream_moved += moved
     # the counts
     rows = np.flatnonzero(need)
     dur = K["dur_ns"]
@@ -294,7 +347,9 @@ def align_replays(profile: Any, reg: Regions, family: np.ndarray) -> AlignStats:
         st.ns[s] = int(dur[m].sum())
     left = rows[reg.region[rows] == None]  # noqa: E711
     st.unattributed, st.unattributed_ns = len(left), int(dur[left].sum())
-    st.ambiguous = int(amb[left].sum())
+    amb_left = left[amb[left]]
+    st.ambiguous, st.ambiguous_ns = len(amb_left), int(dur[amb_left].sum())
+    reg.source[amb_left] = AMBIGUOUS   # every replayed kernel says how it was placed, or why not
     st.aligned = len(np.unique(graph[need & np.isin(reg.source.astype(str), SOURCES)]))
     return st
 
@@ -321,15 +376,19 @@ def _attribute(rows, eligible, ref: _Ref, name, grid, fam, stream, reg: Regions,
     hit = cache.get(key)
     if hit is None:  # replays of one graph share their sequence: aligned once
         pos, exact, amb = _align(ref, qn, qg, qf)
-        around = _between(pos, qs, ref)
-        how = np.where(pos >= 0, np.where(exact, "replay-name", "replay-family"), "replay-between").astype(object)
+        around, slot = _between(pos, qs, ref)
+        how = np.where(pos >= 0, np.where(exact, "replay-name", "replay-family"),
+                       np.where(slot, "replay-slot", "replay-between")).astype(object)
         hit = cache[key] = (np.where(pos >= 0, pos, around), how, amb, bool((pos >= 0).any()))
     p, how, amb, _ = hit
     free = eligible & (reg.region[rows] == None)  # noqa: E711
     amb_rows[rows[amb & free]] = True
     take = free & (p >= 0)
+    take[take] = ref.region[p[take]] != None  # noqa: E711  (a twin with no region names none)
     if not take.any():
         return
     r, e = rows[take], ref.rows[p[take]]
     reg.layer[r], reg.role[r], reg.region[r] = reg.layer[e], reg.role[e], reg.region[e]
     reg.source[r] = how[take]
+    paired = how[take] != "replay-between"
+    st.twin[r[paired]] = e[paired]

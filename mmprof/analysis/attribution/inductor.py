@@ -45,16 +45,14 @@ import pandas as pd
 
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
+from mmprof.analysis.attribution.layer_order import ORDER
+from mmprof.analysis.attribution.layer_order import anchor_ord, place
 from mmprof.labels import region_name, roles
 
 RULES_FILE = Path(__file__).resolve().parents[2] / "rules" / "inductor.toml"
 SOURCES = ("inductor-provenance", "inductor-name")
 _NAME = re.compile(r"^(?:graph_\d+_)?(?:triton_(?:poi|red|per|tem)|cpp)_fused(?:_(.*?))?_(\d+)$")
 _MODEL = ("embed", "final_norm", "lm_head", "sampler", "rope")
-# the order of a pre-norm decoder layer's parts; a norm is the input (0) or the post-attention (6) norm
-_ORD = {"norm": (0, 6), "attn.qkv": (1,), "attn.norm_rope": (2,), "attn.indexer": (3,), "attn.core": (4,),
-        "attn.o_proj": (5,), "moe.router": (7,), "moe": (8,), "moe.shared": (8,), "moe.routed": (8,), "mlp": (8,),
-        "mlp.act": (8,)}
 # a name token's role -> the module-path roles of the stack traces that say which one it is
 _MATCH = {"norm": ("norm", "final_norm"), "mlp.act": ("mlp", "moe.shared", "moe.routed"),
           "moe.router": ("moe.router",), "attn.core": ("attn.core",), "attn.norm_rope": ("attn.norm_rope",),
@@ -70,7 +68,7 @@ def tokens() -> dict[str, str]:
     for i, r in enumerate(doc.get("token", [])):
         if not isinstance(r, dict) or not isinstance(r.get("token"), str) or not isinstance(r.get("role"), str):
             raise BadInput(f"{RULES_FILE.name}: [[token]] #{i + 1} needs a string token and role")
-        if r["role"] and r["role"] not in _ORD and r["role"] not in _MODEL:
+        if r["role"] and r["role"] not in ORDER and r["role"] not in _MODEL:
             raise BadInput(f"{RULES_FILE.name}: [[token]] {r['token']!r}: unknown role {r['role']!r}")
         out[r["token"]] = r["role"]
     return out
@@ -208,36 +206,8 @@ def _order(profile: Any, table: str) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return t["rank"], tid, t["step"], start
 
 
-def _place(role: str, prev: tuple[int, int] | None, nxt: tuple[int, int] | None) -> int | None:
-    """Layer of a layer-level role between anchors prev / next ((layer, ord)); -2: the final norm; None."""
-    ords = _ORD.get(role)
-    if ords is None:
-        return None
-    after = prev is not None and any(o >= prev[1] for o in ords)
-    before = nxt is not None and any(o <= nxt[1] for o in ords)
-    if prev is not None and nxt is not None:
-        if prev[0] == nxt[0]:
-            return prev[0] if after and before else None
-        if nxt[0] != prev[0] + 1 or after == before:
-            return None
-        return prev[0] if after else nxt[0]
-    if prev is not None:
-        return prev[0] if after else (-2 if role == "norm" else None)
-    if nxt is not None:
-        return nxt[0] if before else None
-    return None
-
-
-def _anchor_ord(roles_: list[str], as_prev: bool) -> int:
-    ords = [o for r in roles_ for o in _ORD.get(r, ())]
-    if not ords:
-        return 8 if as_prev else 0
-    # a norm anchor could be either norm: the permissive end (never a guess: more ties, fewer placements)
-    return min(ords) if as_prev else max(ords)
-
-
 def _region(model: list[str], layered: dict[str, int]) -> tuple[int, str, str]:
-    rs = sorted(layered, key=lambda r: _ORD[r][0] if r != "norm" else 0)
+    rs = sorted(layered, key=lambda r: ORDER[r][0] if r != "norm" else 0)
     lays = sorted(set(layered.values()))
     role = "+".join(model + rs)
     if len(lays) == 1:
@@ -432,12 +402,12 @@ def _neighbours(p: int, gid: np.ndarray, apos: np.ndarray, anchors: dict, open_:
     if k > 0 and gid[apos[k - 1]] == gid[p] and not _between(bpos, int(apos[k - 1]), p):
         pp = int(apos[k - 1])
         lay, ar = anchors[pp]
-        prev = (lay, _anchor_ord(ar, True))
+        prev = (lay, anchor_ord(ar, True))
     j = k + 1 if k < len(apos) and apos[k] == p else k
     if j < len(apos) and gid[apos[j]] == gid[p] and not _between(bpos, p, int(apos[j])):
         np_ = int(apos[j])
         lay, ar = anchors[np_]
-        nxt = (lay, _anchor_ord(ar, False))
+        nxt = (lay, anchor_ord(ar, False))
     wait = (prev is None) != (nxt is None) and (_between(open_, pp, p) if prev is not None else _between(open_, p, np_))
     return prev, nxt, wait
 
@@ -452,7 +422,13 @@ def _decide(rs, hint, p, gid, apos, anchors, layered_in, open_, bpos):
         return None
     layered: dict[str, int] = {}
     for r in layer_roles:
-        lay = hint if hint >= 0 else _place(r, prev, nxt)
+        if r == "norm" and hint < 0 and prev is not None and nxt is not None and prev[0] == nxt[0] \
+                and prev[1] <= 3 and 1 <= nxt[1] <= 5 and nxt[1] > prev[1]:
+            # after the layer's input norm and before its attention: a norm inside the attention (Qwen3's q/k
+            # norm, MLA's kv_a_layernorm: RMSNorms vLLM calls in the attention module), not a decoder norm
+            layered["attn.norm_rope"] = prev[0]
+            continue
+        lay = hint if hint >= 0 else place(r, prev, nxt)
         if lay is None:
             return None
         if lay == -2:  # a norm after the last layer's MLP / MoE

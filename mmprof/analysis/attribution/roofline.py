@@ -69,21 +69,33 @@ def _unique_triples(profile, op_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.ndarray,
-                   eligible: np.ndarray | None = None, call: np.ndarray | None = None) -> Roofline:
+                   eligible: np.ndarray | None = None, call: np.ndarray | None = None,
+                   texts: dict[int, tuple[str, str, str]] | None = None) -> Roofline:
     """Roofline of events (kernels or CPU ops) given their op row, duration and rank.
 
     `eligible` masks events that may get a bound (communication and copies are categorised elsewhere). An op's
     work is shared among the events of one *call* of it, by duration; a call is the op row unless `call` gives
-    another key per event (graph replays: every replay of a captured op is a call of its own).
+    another key per event (graph replays: every replay of a captured op is a call of its own). `texts` gives, for
+    some events, the (op name, input dims, input types) to cost instead of their op row's (a graph-replayed kernel:
+    its eager twin's op at the replay's token count, mmprof.analysis.timeline.replay_shapes); `call` must then
+    give their calls.
     """
     n = len(op_idx)
     flops = np.full(n, np.nan)
     byts = np.full(n, np.nan)
     dcls = np.full(n, -1, dtype=np.int8)
     peaks, warnings, notes = profile_peaks(profile)
+    mem_kind = np.zeros(n, dtype=bool)  # memory-bound by kind (no FLOP count)
     has = op_idx >= 0
     if eligible is not None:
         has &= eligible
+    if texts:
+        over = np.zeros(n, dtype=bool)
+        over[np.fromiter(texts, dtype=np.int64, count=len(texts))] = True
+        if eligible is not None:
+            over &= eligible
+        has &= ~over
+        _text_costs(texts, np.flatnonzero(over), dur_ns, call, flops, byts, dcls, mem_kind)
     idx = np.flatnonzero(has)
     if len(idx):
         rows, inv = _unique_triples(profile, op_idx[idx])
@@ -117,10 +129,7 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
         flops[idx] = u_fl[inv] * share
         byts[idx] = u_by[inv] * share
         dcls[idx] = u_dc[inv]
-        mem_kind = np.zeros(n, dtype=bool)
         mem_kind[idx] = u_mem[inv]
-    else:
-        mem_kind = np.zeros(n, dtype=bool)
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = flops / byts
         secs = dur_ns.astype(np.float64) * 1e-9
@@ -170,6 +179,37 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
         if over.any():  # never silently: either the peak or the shape-based work estimate is off
             warnings.append(_over_peak(profile, op_idx, eff, over, peaks, rank, bound))
     return Roofline(flops, byts, intensity, bound, ach_f, ach_b, eff, peaks, warnings, notes)
+
+
+def _text_costs(texts: dict[int, tuple[str, str, str]], idx: np.ndarray, dur_ns: np.ndarray, call: np.ndarray | None,
+                flops: np.ndarray, byts: np.ndarray, dcls: np.ndarray, mem_kind: np.ndarray) -> None:
+    """FLOPs / bytes / dtype class of the events `idx` from their (name, dims, types) texts, an op call's work shared
+    among its events by duration (as for op rows); `mem_kind` marks those memory-bound by their op's kind."""
+    if not len(idx):
+        return
+    trip = [texts[int(i)] for i in idx.tolist()]
+    inv, uniq = pd.factorize(pd.Series([f"{a}\x00{b}\x00{c}" for a, b, c in trip], dtype=object))
+    u_fl = np.full(len(uniq), np.nan)
+    u_by = np.full(len(uniq), np.nan)
+    u_dc = np.full(len(uniq), -1, dtype=np.int8)
+    u_mem = np.zeros(len(uniq), dtype=bool)
+    for j, key in enumerate(uniq.tolist()):
+        c = cost_from_text(*key.split("\x00"))
+        if c is not None and c.bound == "memory":
+            u_mem[j], u_by[j] = True, c.bytes
+        elif c is not None and c.bytes > 0:
+            u_fl[j], u_by[j] = c.flops, c.bytes
+            u_dc[j] = _DTYPES.index(c.dtype_class) if c.dtype_class in _DTYPES else -1
+    calls, _ = pd.factorize(call[idx] if call is not None else idx)
+    tot = np.bincount(calls, weights=dur_ns[idx].astype(np.float64))
+    cnt = np.bincount(calls)
+    denom = tot[calls]
+    share = np.divide(dur_ns[idx], denom, out=np.empty(len(idx)), where=denom > 0)
+    share[denom <= 0] = 1.0 / cnt[calls[denom <= 0]]
+    flops[idx] = u_fl[inv] * share
+    byts[idx] = u_by[inv] * share
+    dcls[idx] = u_dc[inv]
+    mem_kind[idx] = u_mem[inv]
 
 
 def _bound_by_kind(mem_kind: np.ndarray, byts: np.ndarray, ach_b: np.ndarray, rank: np.ndarray, peaks: dict,

@@ -29,6 +29,7 @@ NONE = -1
 # a module with a child of one of these kinds is a MoE block whatever its class name (gpt-oss: `MLPBlock`)
 _MOE_CHILD = ("experts", "router", "fused_moe", "shared_experts")
 _NOT_MOE = ("causal_lm", "model", "decoder_layer")  # kinds that hold MoE blocks, never are one
+_CALL_COMPILED = "## Call CompiledFxGraph"
 _MODEL_ROLES = ("embed", "lm_head", "final_norm", "sampler", "rope")
 _KEEP = ("moe.routed", "moe.shared", "attn.indexer", "lm_head", "embed", "sampler")
 _OVERRIDES_KEEP = ("moe.routed", "moe.shared", "moe.router", "attn.indexer")   # roles a nested module still takes
@@ -126,13 +127,17 @@ def module_trees(profile: Any) -> dict[int, ModuleTree]:
     return trees
 
 
-def _module_region(tree: ModuleTree, chain: list[str]) -> Region | None:
-    """Region of an event whose enclosing module instances are `chain` (outermost first)."""
+def _module_region(tree: ModuleTree, chain: list[str | None]) -> Region | None:
+    """Region of an event whose enclosing module instances are `chain` (outermost first; None: a compiled-graph
+    call between two of them, after which the parent is unknown)."""
     rules = roles()
     layer = -1
     role: str | None = None
     parent_kind: str | None = None
     for name in chain:
+        if name is None:
+            parent_kind = None
+            continue
         kind = tree.kind(name)
         if name in tree.layer_of:
             layer = tree.layer_of[name]
@@ -199,10 +204,26 @@ class StructureIndex:
         if s:
             r = parse_path(s)
             if r is None and rank in self.trees and "nn.Module: " in s:
-                chain = [p for p in s.split(SEP) if module_event(p) is not None]
+                # a module called from inside a compiled graph (`## Call CompiledFxGraph <key> ##`: compiled code
+                # runs no module, so it is one an opaque custom op calls: the gate vLLM's FusedMoE runs inside
+                # `vllm::moe_forward`) has no known parent: the modules outside that call are not its parents
+                chain = [None if p.startswith(_CALL_COMPILED) else p for p in s.split(SEP)
+                         if p.startswith(_CALL_COMPILED) or module_event(p) is not None]
                 r = _module_region(self.trees[rank], chain)
         self._cache[key] = r
         return r
+
+    def called_linear(self, rank: int, code: int) -> bool:
+        """Whether the innermost module of scope path `code` is a linear called from inside a compiled graph (by
+        an opaque custom op: vLLM's FusedMoE calls its `gate=` inside `vllm::moe_forward`, MoERunner._forward_impl
+        in vllm/model_executor/layers/fused_moe/runner/moe_runner.py)."""
+        s = self.profile.string(code) if code >= 0 else None
+        if not s or rank not in self.trees or _CALL_COMPILED not in s:
+            return False
+        parts = s.split(SEP)
+        last = max((k for k, q in enumerate(parts) if module_event(q) is not None), default=-1)
+        seen = any(q.startswith(_CALL_COMPILED) for q in parts[:last])
+        return last >= 0 and seen and self.trees[rank].kind(parts[last]) == "linear"
 
     def anchor_of(self, op: int) -> tuple[int, str | None]:
         """The innermost op at or above CPU op `op` that the role rules name a region anchor ([[op]] in
@@ -316,6 +337,25 @@ def regions(profile: Any, table: str, rows: np.ndarray | None = None, index: Str
     return out
 
 
+def anchor_roles(profile: Any, index: StructureIndex, table: str, mask: np.ndarray) -> np.ndarray:
+    """Per row of `table`: the part the engine op anchor above its launch names (rules/roles.toml [[op]]), where
+    `mask` is set; None elsewhere and where no anchor is above it. The part without a layer: for the kernels whose
+    layer no module tree gave (compiled vLLM layers, a trace without `with_stack`)."""
+    n = profile.n(table)
+    out = np.full(n, None, dtype=object)
+    rows = np.flatnonzero(mask)
+    if not len(rows) or not profile.n("ops") or not roles().ops:
+        return out
+    op = _op_of(profile, table, rows)
+    has = op >= 0
+    if not has.any():
+        return out
+    inv, uniq = pd.factorize(op[has])
+    got = np.array([index.anchor_of(int(o))[1] for o in np.asarray(uniq).tolist()], dtype=object)
+    out[rows[has]] = got[inv]
+    return out
+
+
 def _op_of(profile: Any, table: str, rows: np.ndarray) -> np.ndarray:
     """The CPU op behind each row: the row itself for ops, else its `op` (or its launch's op)."""
     if table == "ops":
@@ -373,6 +413,8 @@ def _apply_op_anchors(profile: Any, idx: StructureIndex, t: dict[str, np.ndarray
                 if ol >= 0:
                     out.layer[j], out.region[j] = ol, region_name(ol, out.role[j])
             continue
+        if role == "moe.routed" and idx.called_linear(int(ranks[j]), int(codes[j])):
+            role = "moe.router"  # the gate FusedMoE calls inside its op (roles.toml: never a routed expert)
         out.layer[j], out.role[j], out.region[j] = layer, role, region_name(layer, role)
         out.source[j] = out.source[j] or "op"
 

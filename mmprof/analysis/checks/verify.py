@@ -18,6 +18,7 @@ from mmprof.analysis.checks.registry import implementation, info
 from mmprof.analysis.checks.selectors import validate_spec
 from mmprof.analysis.checks.spec import Spec, default_spec
 from mmprof.analysis.timeline.events import events_of
+from mmprof.analysis.timeline.window import serving
 from mmprof.errors import BadInput
 from mmprof.labels import region_pattern
 from mmprof.units import fmt_ranges
@@ -202,7 +203,9 @@ def verify(profile: Any, spec: Spec | None = None, rules: Any = None, sparse_lay
     """Evaluate the spec's built-in checks and assertions against a profile (default: `default_spec`)."""
     spec = spec or default_spec(profile.n("dispatch") > 0)
     validate_spec(spec, rules)  # a selector that names nothing that can exist is bad input, not a pass
-    frame = events_of(profile, rules, shape_regions)
+    # the checks judge serving only: a window recorded from the engine's start holds its start-up and graph
+    # capture (warm-up forwards), which are not the serving steps the checks are about
+    frame, part_note = serving(profile, events_of(profile, rules, shape_regions))
     cpu_ns = np.where(np.asarray(frame.launch_start) >= 0, frame.launch_start, frame.start)
     events = frame.frame().assign(op_name=_op_column(profile, frame, "name"), cpu_ns=cpu_ns,  # a copy: frame()
                                   op_dims=_op_column(profile, frame, "input_dims"))         # is cached
@@ -219,4 +222,5 @@ def verify(profile: Any, spec: Spec | None = None, rules: Any = None, sparse_lay
     return VerifyResult(spec_id=spec.id, spec_source=spec.source, source=frame.source, events=len(events),
                         attributed=int(events["region"].notna().sum()) if len(events) else 0,
                         results=results, regions=region_summaries(events), profile=profile_name,
-                        warnings=list(warnings or []) + spec_warnings(spec, profile, frame.source))
+                        warnings=list(warnings or []) + ([part_note] if part_note else [])
+                        + spec_warnings(spec, profile, frame.source))

@@ -74,6 +74,10 @@ class EventFrame:
     warnings: list[str] = field(default_factory=list)
     graph_align: Any = None   # mmprof.analysis.attribution.graph_align.AlignStats of the replays aligned with eager kernels
     inductor: Any = None      # mmprof.analysis.attribution.inductor.InductorStats: the Inductor kernels placed and not
+    # the op whose shapes stand for the event (its own `op`; a replayed kernel with none: its twin's,
+    # mmprof.analysis.timeline.replay_shapes) and, where they differ from that op's, its input dims (JSON text)
+    shape_op: Any = None
+    shape_dims: Any = None
     evidence: Any = None      # per event: rule | tokens | op | None (what decided the family); None on CPU runs
     evidence_stats: Any = None  # mmprof.analysis.attribution.evidence.EvidenceStats (GPU profiles)
     _frame: Any = field(default=None, repr=False)
@@ -182,7 +186,8 @@ def events_of(profile: Any, rules: RuleSet | None = None, shape_regions: Regions
     c = b.cols
     frame = EventFrame(source="cpu_ops" if cpu else "kernels", **{f: c[f] for f in _FRAME_COLS},
                        label_source=c["label_source"], profile=profile, notes=b.notes, warnings=b.warnings,
-                       graph_align=c.get("graph_align"), inductor=c.get("inductor"), evidence=c.get("evidence"),
+                       graph_align=c.get("graph_align"), inductor=c.get("inductor"), shape_op=c.get("shape_op"),
+                       shape_dims=c.get("shape_dims"), evidence=c.get("evidence"),
                        evidence_stats=c.get("evidence_stats"))
     profile.derived.put("event_frame", (rs, shape_regions), stamp, frame)
     return frame

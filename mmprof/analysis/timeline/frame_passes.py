@@ -18,7 +18,9 @@ The passes of a GPU profile (kernels and memcpy rows), in order:
 | category | family, roof, in_collective | cat | compute / memory / comm / memcpy / unattributed |
 | regions | table, row | layer, role, region, label_source | attribution/structure (annotations, modules, op anchors, shapes) |
 | inductor | graph, region | region (Inductor-fused kernels) | attribution/inductor |
-| graph_align | classes, region | region (graph replays with no capture twin), graph_align | attribution/graph_align |
+| layer_order | classes, graph, region | region (eager kernels no module placed: compiled code), by the order of a decoder layer's parts | attribution/layer_order |
+| graph_align | classes, graph, launch, region | region (graph replays with no capture twin: the alignment, the side streams, the layer order), graph_align | attribution/graph_align, side_streams, layer_order; timeline/window (no start-up pattern) |
+| replay_shapes | graph_align, op, roof | shape_op, shape_dims; roof and cat of replayed kernels from their twin's op | timeline/replay_shapes |
 | sampler | classes, region | region (sampling kernels nothing placed) | the `sampling` family |
 | inductor_summary | region | inductor | attribution/inductor |
 | outside_model | region, graph | region (eager work outside every nn.Module: `engine`) | the module tree |
@@ -36,11 +38,13 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.attribution import evidence, inductor
+from mmprof.analysis.attribution import evidence, inductor, layer_order
 from mmprof.analysis.attribution.classify import COMM_FAMILIES, DATA_MOVEMENT_FAMILIES, RuleSet, classify_names
 from mmprof.analysis.attribution.graph_align import align_replays
 from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
-from mmprof.analysis.attribution.structure import Regions, StructureIndex, regions
+from mmprof.analysis.attribution.structure import Regions, StructureIndex, anchor_roles, regions
+from mmprof.analysis.timeline.replay_shapes import twin_shapes
+from mmprof.analysis.timeline.window import STARTUP, window_parts
 from mmprof.analysis.timeline.columns import (CAT_COMM, CAT_COMPUTE, CAT_MEMCPY, CAT_MEMORY, CAT_UNATTR, TABLE_KERNELS,
                                               TABLE_MEMCPY, TABLE_OPS, call_ids, codes, concat, expand)
 from mmprof.analysis.timeline.op_tree import ancestors_scan, infer_parents
@@ -299,6 +303,7 @@ def _regions(b: FrameBuild) -> None:
     for col, attr in zip(REGION_COLS, ("layer", "role", "region", "source")):
         b.write(col, concat(getattr(reg_k, attr), getattr(reg_m, attr), copy=False))
     b.write("module_trees", bool(index.trees))
+    b.write("structure_index", index)
 
 
 def _inductor(b: FrameBuild) -> None:
@@ -310,14 +315,92 @@ def _inductor(b: FrameBuild) -> None:
     b.write("inductor", inductor.attribute(b.profile, "kernels", reg_k, graph[:nk] < 0))
 
 
-def _graph_align(b: FrameBuild) -> None:
-    """Graph-replayed kernels no capture twin explains take the region of the eager kernel they align with."""
+def _layer_order(b: FrameBuild) -> None:
+    """Eager kernels nothing named (compiled code runs no module: vLLM's projections under torch.compile) placed by
+    the order of a decoder layer's parts, on each rank's main stream, before the replays learn from the eager
+    kernels (mmprof.analysis.attribution.layer_order); the part an engine op names is a hint for them."""
     p = b.profile
     nk = b.n_kernels
     fam_u, inv = b.read("kernel_classes")
+    eager = b.read("graph")[:nk] < 0
     reg_k = b.regions_view(slice(0, nk))
-    kfam = fam_u[inv] if nk and (p.tables["kernels"]["graph"] >= 0).any() else np.full(nk, "", dtype=object)
-    b.write("graph_align", align_replays(p, reg_k, kfam))
+    kfam = fam_u[inv] if nk else np.full(nk, "", dtype=object)
+    todo = eager & (reg_k.region == None)  # noqa: E711
+    hints = anchor_roles(p, b.read("structure_index"), "kernels", todo)
+    _inductor_norm_hints(p, todo, hints)
+    layer_order.fill(p, reg_k, kfam, eager, streams=layer_order.main_streams(p, eager), hints=hints)
+
+
+def _inductor_norm_hints(p: Any, todo: np.ndarray, hints: np.ndarray) -> None:
+    """An Inductor kernel the Inductor pass left unplaced whose op names are a norm's only
+    (`triton_per_fused_fused_add_rms_norm_0`) is a norm for the layer order (its family is `reduction`)."""
+    names = p.tables["kernels"]["name"]
+    idx = np.flatnonzero(todo & pd.isna(hints))
+    if not len(idx):
+        return
+    uniq, inv = np.unique(names[idx], return_inverse=True)
+    is_norm = np.array([inductor.is_inductor(p.string(int(u)) or "")
+                        and inductor.name_roles(p.string(int(u)) or "") == {"norm"} for u in uniq.tolist()], dtype=bool)
+    hints[idx[is_norm[inv.reshape(-1)]]] = "norm"
+
+
+def _graph_align(b: FrameBuild) -> None:
+    """Graph-replayed kernels no capture twin explains: the region of the eager kernel they align with (not the
+    engine's start-up when the window holds it: timeline/window.py), of the MoE block a side-stream kernel forks
+    from, or the part the layer order allows (mmprof.analysis.attribution.graph_align)."""
+    p = b.profile
+    nk = b.n_kernels
+    fam_u, inv = b.read("kernel_classes")
+    b.read("graph")
+    reg_k = b.regions_view(slice(0, nk))
+    kfam = fam_u[inv] if nk else np.full(nk, "", dtype=object)
+    parts = window_parts(p)
+    pattern = None
+    if parts and nk:
+        ls = b.read("launch_start")[:nk]
+        K = p.tables["kernels"]
+        pattern = parts.part_at(K["rank"], np.where(ls >= 0, ls, b.read("start")[:nk]),
+                                (K["phase"] >= 0) | (K["step"] >= 0)) != STARTUP
+    b.write("graph_align", align_replays(p, reg_k, kfam, pattern))
+
+
+def _replay_shapes(b: FrameBuild) -> None:
+    """A replayed kernel with no op of its own takes its twin's op at the replay's token count
+    (mmprof.analysis.timeline.replay_shapes): the roofline and the category of those kernels again."""
+    p = b.profile
+    op = b.read("op")
+    shape_op = op.copy()
+    shape_dims = np.full(len(op), None, dtype=object)
+    al = b.read("graph_align")
+    twins = twin_shapes(p, al.twin if al is not None else None)
+    b.write("shape_op", shape_op)
+    b.write("shape_dims", shape_dims)
+    if not twins:
+        return
+    O = p.tables["ops"]
+    texts = {}
+    for r, (o, dims) in twins.items():
+        shape_op[r], shape_dims[r] = o, dims
+        texts[r] = (p.string(int(O["name"][o])), dims, p.string(int(O["input_types"][o])))
+    fam_u, inv = b.read("kernel_classes")
+    comm, graph = b.read("in_collective"), b.read("graph")
+    nk = b.n_kernels
+    not_roof_u = np.isin(fam_u, COMM_FAMILIES) | np.isin(fam_u, DATA_MOVEMENT_FAMILIES)
+    eligible = np.zeros(len(op), dtype=bool)
+    eligible[:nk] = ~(not_roof_u[inv] | comm[:nk])
+    first = b.read("roof")
+    roof = event_roofline(p, op, b.read("dur"), b.read("rank"), eligible,
+                          call_ids(shape_op, graph, p.n("launches")), texts=texts)
+    b.write("roof", roof)
+    for old, new in ((first.notes, roof.notes), (first.warnings, roof.warnings)):  # this roofline's, not the first's
+        out = b.notes if old is first.notes else b.warnings
+        for x in old:
+            if x in out:
+                out.remove(x)
+        out.extend(new)
+    cat = category(b.read("family"), roof, comm)
+    cat[b.read("table") == TABLE_MEMCPY] = CAT_MEMCPY
+    b.write("cat", cat)
 
 
 def _sampler(b: FrameBuild) -> None:
@@ -360,12 +443,22 @@ def _outside_model(b: FrameBuild) -> None:
 def _outside(profile, table: str, reg: Regions) -> None:
     t = profile.tables[table]
     n = profile.n(table)
-    if not n or "scope_path" not in t:
+    if not n:
         return
     cand = (reg.region == None) & (t["graph"] < 0)  # noqa: E711
     if not cand.any():
         return
-    path = t["scope_path"].astype(np.int64)
+    if "scope_path" in t:
+        path = t["scope_path"].astype(np.int64)
+    else:  # copies keep no scope path of their own: their launching op's (a copy with no op is left alone)
+        op = t["op"].astype(np.int64) if "op" in t else np.full(n, -1, np.int64)
+        O = profile.tables["ops"]
+        if "scope_path" not in O or not profile.n("ops"):
+            return
+        cand &= op >= 0
+        path = np.where(op >= 0, O["scope_path"][np.clip(op, 0, None)], -1).astype(np.int64)
+        if not cand.any():
+            return
     uniq, inv = np.unique(path[cand], return_inverse=True)
     outside = np.array([c < 0 or "nn.Module: " not in (profile.string(int(c)) or "") for c in uniq.tolist()],
                        dtype=bool)
@@ -383,9 +476,14 @@ GPU_PASSES: tuple[Pass, ...] = (
     Pass("roofline", _roofline, reads=("op", "dur", "rank", "graph", "kernel_classes", "in_collective"),
          adds=("roof",)),
     Pass("category", _category, reads=("family", "roof", "in_collective", "table"), adds=("cat",)),
-    Pass("regions", _regions, reads=("table", "row"), adds=REGION_COLS + ("module_trees",)),
+    Pass("regions", _regions, reads=("table", "row"), adds=REGION_COLS + ("module_trees", "structure_index")),
     Pass("inductor", _inductor, reads=("graph",), adds=("inductor",), refines=_REGIONS_ALL),
-    Pass("graph_align", _graph_align, reads=("kernel_classes",), adds=("graph_align",), refines=_REGIONS_ALL),
+    Pass("layer_order", _layer_order, reads=("kernel_classes", "graph", "structure_index"), refines=_REGIONS_ALL),
+    Pass("graph_align", _graph_align, reads=("kernel_classes", "graph", "launch_start", "start"),
+         adds=("graph_align",), refines=_REGIONS_ALL),
+    Pass("replay_shapes", _replay_shapes, reads=("op", "graph_align", "kernel_classes", "in_collective", "graph",
+                                                 "dur", "rank", "family", "table"),
+         adds=("shape_op", "shape_dims"), refines=("roof", "cat")),
     Pass("sampler", _sampler, reads=("kernel_classes",), refines=_REGIONS_ALL),
     Pass("inductor_summary", _inductor_summary, reads=("inductor",) + _REGIONS_ALL),
     Pass("outside_model", _outside_model, reads=("graph", "module_trees"), refines=_REGIONS_ALL),
@@ -432,6 +530,8 @@ def _compute_ops(b: FrameBuild) -> None:
         b.write(c, v)
     for c in CLASS_COLS:
         b.write(c, pd.Categorical(ev_cls[c][keep]))
+    b.write("shape_op", keep.astype(np.int64))           # a CPU op carries its own shapes
+    b.write("shape_dims", np.full(m, None, dtype=object))
 
 
 def _cpu_roofline(b: FrameBuild) -> None:
@@ -496,7 +596,7 @@ def _cpu_evidence(b: FrameBuild) -> None:
 
 
 CPU_PASSES: tuple[Pass, ...] = (
-    Pass("compute_ops", _compute_ops, adds=EVENT_COLS + CLASS_COLS),
+    Pass("compute_ops", _compute_ops, adds=EVENT_COLS + CLASS_COLS + ("shape_op", "shape_dims")),
     Pass("evidence", _cpu_evidence, reads=("name", "dur"), adds=("evidence", "evidence_stats")),
     Pass("roofline", _cpu_roofline, reads=("family", "row", "dur", "rank"), adds=("roof",)),
     Pass("regions", _cpu_regions, reads=("row",), adds=REGION_COLS),

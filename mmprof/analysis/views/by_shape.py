@@ -156,9 +156,22 @@ def by_shape(profile, phase: str | None = None, rank: int | None = None, shape_r
         m &= ev.rank == rank
     idx = np.flatnonzero(m)
     O = profile.tables["ops"]
-    op = ev.op[idx]
+    own = ev.op[idx]
+    # a replayed kernel with no op of its own stands under its twin's op at the replay's token count
+    # (mmprof.analysis.timeline.replay_shapes): the same row as the eager calls of that op at that shape
+    twin = ev.shape_op[idx] if ev.shape_op is not None else own
+    op = np.where(own >= 0, own, twin)
     has = op >= 0
     safe = np.where(has, op, 0)
+    dims_u = {int(c): profile.string(int(c)) for c in np.unique(O["input_dims"][safe[has]]).tolist()} if has.any() \
+        else {}
+    dims_txt = np.array([dims_u.get(int(O["input_dims"][o]), None) if h else None for o, h in zip(safe.tolist(),
+                                                                                                    has.tolist())],
+                        dtype=object)
+    if ev.shape_dims is not None:
+        sd = ev.shape_dims[idx]
+        alt = (own < 0) & np.asarray(sd != None)  # noqa: E711
+        dims_txt[alt] = sd[alt]
     roof = ev.roof
     role = ev.role[idx]
     region = np.where(role != None, role, np.where(ev.region[idx] != None, ev.region[idx], UNSCOPED))
@@ -167,7 +180,7 @@ def by_shape(profile, phase: str | None = None, rank: int | None = None, shape_r
     df = pd.DataFrame({
         "region": region.astype(object), "layer": ev.layer[idx],
         "op": np.where(has, O["name"][safe] if len(O["name"]) else -1, -2),
-        "dims": np.where(has, O["input_dims"][safe] if len(O["name"]) else -1, -1),
+        "dims": np.where(dims_txt != None, dims_txt, "-"),  # noqa: E711
         "types": np.where(has, O["input_types"][safe] if len(O["name"]) else -1, -1),
         "row": np.where(has, call_ids(op, ev.graph[idx], profile.n("launches")), -(idx + 1)), "kname": ev.name[idx], "variant": np.asarray(ev.variant[idx]).astype(str),
         "family": np.asarray(ev.family[idx]).astype(str), "dur": dur, "cat": ev.cat[idx],
@@ -198,7 +211,7 @@ def by_shape(profile, phase: str | None = None, rank: int | None = None, shape_r
         eff = (float(r.ce) / c if bound == "compute" else float(r.me) / mm) if c + mm else None
         rows.append(ShapeRow(
             str(r.region), r.layers, NO_OP if r.op == -2 else (s(int(r.op)) or "?"),
-            (s(int(r.dims)) or "-") if r.dims >= 0 else "-", _dtypes(s(int(r.types)) if r.types >= 0 else None),
+            str(r.dims) or "-", _dtypes(s(int(r.types)) if r.types >= 0 else None),
             str(families[g]), int(r.calls), int(t), t / compute_ns if compute_ns else 0.0,
             fl if known else None, by if known else None,
             fl / (kt * 1e-9) / 1e12 if known else None, by / (kt * 1e-9) / 1e12 if known else None,
@@ -213,10 +226,31 @@ def by_shape(profile, phase: str | None = None, rank: int | None = None, shape_r
            for g, r in zip(oagg.index.tolist(), oagg.itertuples(index=False))]
     ops.sort(key=lambda o: -o.time_ns)
     notes = list(ev.notes)
-    no_op = int((~has).sum())
-    if no_op:
-        notes.append(f"{no_op} events have no CPU op (no launch correlation or no record_shapes): "
-                     f"row '{NO_OP}', without shapes")
+    notes += _no_op_notes(profile, ev, idx[~has])
+    n_twin = int(((own < 0) & has).sum())
+    if n_twin:
+        notes.append(f"{n_twin} graph-replayed kernels stand under their twin's op (the capture's or the aligned "
+                     "eager kernel's) at the replay step's token count")
     devices = {r: (p.name if p else None) for r, p in roof.peaks.items()}
     return ByShape(ev.source, phase, rank, devices, rows, ops, int(compute_ns), int(total), notes,
                    list(ev.warnings))
+
+
+def _no_op_notes(profile, ev, idx: np.ndarray) -> list[str]:
+    """Why events have no CPU op, by cause: a graph replay with no twin, a launch call no op encloses (Triton /
+    FlashInfer / custom kernels launched straight from Python: their launcher is no torch op), no launch correlation
+    at all. Each cause is counted; the row is the same ('no op', without shapes)."""
+    if not len(idx):
+        return []
+    K, M, L = profile.tables["kernels"], profile.tables["memcpy"], profile.tables["launches"]
+    la = np.where(ev.table[idx] == 0, K["launch"][np.where(ev.table[idx] == 0, ev.row[idx], 0)] if len(K["launch"])
+                  else -1, M["launch"][np.where(ev.table[idx] == 1, ev.row[idx], 0)] if len(M["launch"]) else -1)
+    la = np.where(ev.table[idx] <= 1, la, -1)
+    replay = ev.graph[idx] >= 0
+    launched = ~replay & (la >= 0)
+    causes = [(int(replay.sum()), "graph-replayed with no captured or eager twin op"),
+              (int(launched.sum()), "launched by a runtime call no CPU op encloses (Triton, FlashInfer or custom "
+                                    "kernels launched from Python: no torch op records their shapes)"),
+              (int((~replay & ~launched).sum()), "with no launch correlation")]
+    parts = [f"{n} {what}" for n, what in causes if n]
+    return [f"{len(idx)} events have no CPU op, so no shapes (row '{NO_OP}'): " + "; ".join(parts)]

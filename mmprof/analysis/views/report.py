@@ -26,6 +26,7 @@ from mmprof.analysis.ranks.imbalance import rank_analysis
 from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY, BoundSummary, summarise_bounds
 from mmprof.analysis.timeline.breakdown import Breakdown, StepStats, timeline
 from mmprof.analysis.timeline.phases import NO_PHASE, phase_labels
+from mmprof.analysis.timeline.window import serving
 from mmprof.errors import MmprofError, NoEvidence
 from mmprof.names import display_name
 from mmprof.units import fmt_ns
@@ -249,7 +250,8 @@ def _checks(profile, shape_regions=None) -> dict[str, Any]:
 def build_report(profile, phase: str | None = None, rank: int | None = None, top: int = TOP_KERNELS,
                  shape_regions=None) -> Report:
     """The report of one Profile; `phase`/`rank` restrict it; `shape_regions` label ops from a model config."""
-    ev = events_of(profile, shape_regions=shape_regions)
+    # a window recorded from the engine's start reads as serving only from its last graph capture on
+    ev, part_note = serving(profile, events_of(profile, shape_regions=shape_regions))
     tl = timeline(profile, ev)
     la = launch_analysis(profile, ev, tl)
     phases = tl.phases if phase is None else [phase]
@@ -283,9 +285,10 @@ def build_report(profile, phase: str | None = None, rank: int | None = None, top
     es = engine_steps(profile) if tl.engine else None
     engine = {ph: describe(es[es["rank"] == (rank if rank is not None else es["rank"].min())], ph)
               for ph in phases} if es is not None and len(es) else {}
+    notes = ([part_note] if part_note else []) + list(tl.notes)
     # the profiler's own cost on what this report calls host time (docs/glossary.md "host time")
     caveats = trace_caveats(profiler_settings(profile, ev))
     caveats += [CLEANER] if caveats else []
-    return Report(ev.source, devices, agg, per_rank, _checks(profile, shape_regions), list(tl.notes),
+    return Report(ev.source, devices, agg, per_rank, _checks(profile, shape_regions), notes,
                   list(dict.fromkeys(tl.warnings + la.warnings + caveats)), graph_summary(profile, ev, rank), across,
                   engine={k: v for k, v in engine.items() if v != "no engine steps"})
