@@ -325,7 +325,7 @@ def test_a_write_killed_by_sigkill_leaves_nothing_that_outlives_the_next_run(tmp
     out = tmp_path / "out.json"
     script = textwrap.dedent(f"""
         import os, signal
-        from mmprof.fileio import atomic_output
+        from mmprof.fileout import atomic_output
         with atomic_output({str(out)!r}) as f:
             f.write(b"x" * 100000)
             f.flush()
@@ -336,14 +336,14 @@ def test_a_write_killed_by_sigkill_leaves_nothing_that_outlives_the_next_run(tmp
     left = sorted(x.name for x in tmp_path.iterdir())
     assert not out.exists()
     assert left == [] or (len(left) == 1 and left[0].startswith(f".out.json.{p.pid}.") and left[0].endswith(".tmp"))
-    from mmprof.fileio import atomic_write
+    from mmprof.fileout import atomic_write
 
     atomic_write(out, b"{}")
     assert sorted(x.name for x in tmp_path.iterdir()) == ["out.json"]
 
 
 def test_a_live_writers_temporary_file_is_never_swept(tmp_path):
-    from mmprof.fileio import sweep_stale_temporaries
+    from mmprof.fileout import sweep_stale_temporaries
 
     mine = tmp_path / f".o.json.{os.getpid()}.abcd1234.tmp"
     mine.write_bytes(b"x")

@@ -21,7 +21,8 @@ import pytest
 from mmprof.analysis.compare.diff import diff_profiles
 from mmprof.cli import main
 from mmprof.errors import BadInput, SchemaError, UnsupportedFormat
-from mmprof.fileio import atomic_write, read_bytes, track_inputs
+from mmprof.fileio import read_bytes, track_inputs
+from mmprof.fileout import atomic_write
 from mmprof.importers import detect, import_paths
 from mmprof.profiles.io import load_profile, save_profile
 from tests.conftest import ROOT, data_file
@@ -345,7 +346,7 @@ def test_missing_output_folders_are_refused_never_created(tmp_path, profile_file
                                  ["report", "{p}", "--html", "{out}"], ["diff", "{p}", "{p}", "--markdown", "{out}"],
                                  ["verify-fastpath", "{p}", "--junit", "{out}"]])
 def test_every_writer_refuses_its_input_by_any_name(tmp_path, profile_file, capsys, cmd):
-    """The one guard (mmprof.fileio.check_output) is behind every command that writes: the input itself, a hard
+    """The one guard (mmprof.fileout.check_output) is behind every command that writes: the input itself, a hard
     link to it and a symlink to it are refused, exit 2, the input unchanged."""
     os.link(profile_file, tmp_path / "hard")
     (tmp_path / "soft").symlink_to(profile_file)
@@ -372,7 +373,7 @@ def test_devices_and_fifos_are_never_replaced_by_a_regular_file(tmp_path, profil
 
 def test_a_failed_write_leaves_no_temporary_file(tmp_path, profile_file, monkeypatch, capsys):
     """A write that fails half-way (here: the disk fills) leaves the old file and no `.tmp` beside it."""
-    import mmprof.fileio as fio
+    import mmprof.fileout as fio
 
     out = tmp_path / "r.md"
     out.write_text("old")

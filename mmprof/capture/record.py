@@ -27,7 +27,8 @@ from mmprof.capture.command import run_command
 from mmprof.capture.session import DEFAULT_STEP_MARKERS, MODES, TRACE_SUFFIX
 from mmprof.capture.tracefiles import combine_traces, read_trace, salvage_trace
 from mmprof.errors import BadInput, CaptureUnavailable, MmprofError
-from mmprof.fileio import check_output, note_input
+from mmprof.fileio import note_input
+from mmprof.fileout import check_output
 from mmprof.importers import import_paths
 from mmprof.labels import MAX_RANK
 from mmprof.profiles.io import save_profile
@@ -502,7 +503,7 @@ def _nothing_captured(procs: list[ProcessCapture], result: RecordResult) -> str:
 
 def protect_command_files(cmd: list[str]) -> None:
     """Register every file the wrapped command names (its program, its script, `--opt=FILE` values) as an input
-    of this command: the output guard (mmprof.fileio.check_output) then refuses `-o` onto any of them."""
+    of this command: the output guard (mmprof.fileout.check_output) then refuses `-o` onto any of them."""
     if cmd:
         exe = shutil.which(cmd[0])
         if exe:

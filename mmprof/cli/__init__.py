@@ -15,7 +15,8 @@ import click
 
 from mmprof._version import __version__
 from mmprof.errors import MmprofError
-from mmprof.fileio import ENV_MAX_BYTES, ENV_MAX_EVENTS, GZIP_RATIO, remove_temporaries, track_inputs
+from mmprof.fileio import ENV_MAX_BYTES, ENV_MAX_EVENTS, GZIP_RATIO, track_inputs
+from mmprof.fileout import remove_temporaries
 
 # name -> (module, function, one-line help). The help lives here so `mmprof --help` imports nothing.
 COMMANDS: dict[str, tuple[str, str, str]] = {

@@ -10,7 +10,8 @@ import orjson
 from rich.console import Console
 
 from mmprof.errors import MmprofError
-from mmprof.fileio import atomic_write, note_input, track_inputs
+from mmprof.fileio import note_input, track_inputs
+from mmprof.fileout import atomic_write
 from mmprof.render.safe import SafeConsole, json_text
 
 

@@ -14,7 +14,8 @@ from mmprof.analysis.compare.plain import PlainTiming, from_document, from_value
 from mmprof.cli._common import RANK, console, echo_json, json_option, load_any, write_text
 from mmprof.cli._options import model_options, shape_regions
 from mmprof.errors import BadInput
-from mmprof.fileio import check_output, read_bytes
+from mmprof.fileio import read_bytes
+from mmprof.fileout import check_output
 from mmprof.render.html import diff_html
 from mmprof.render.markdown import diff_markdown
 from mmprof.render.text.diff import render_diff

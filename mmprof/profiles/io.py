@@ -13,7 +13,8 @@ import orjson
 
 from mmprof._version import __version__
 from mmprof.errors import BadInput, SchemaError
-from mmprof.fileio import atomic_output, check_events, max_events, read_bytes
+from mmprof.fileio import check_events, max_events, read_bytes
+from mmprof.fileout import atomic_output
 from mmprof.profiles.profile import NP_DTYPE, Profile, empty_column, cap_strings
 from mmprof.profiles.schema import (
     FORMAT_NAME,

@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from mmprof.fileio import atomic_write
+from mmprof.fileout import atomic_write
 from mmprof.render.safe import visible as v
 
 

@@ -45,7 +45,7 @@ from mmprof.analysis.timeline.columns import TABLE_KERNELS, TABLE_MEMCPY
 from mmprof.analysis.timeline.events import EventFrame, events_of
 from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY
 from mmprof.errors import BadInput, NoEvidence
-from mmprof.fileio import atomic_output
+from mmprof.fileout import atomic_output
 from mmprof.names import display_name
 from mmprof.render.safe import json_text, visible
 from mmprof.render.perfetto_timeline import CHUNK, COUNTER, STREAM_TID0, to_us, counter_slices, engine_slices
