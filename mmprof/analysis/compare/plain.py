@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mmprof.analysis.compare.bands import Band, runs_band
@@ -48,6 +48,7 @@ class PlainTiming:
     profiled_step_ms: float | None = None   # the same figure under the profiler
     profiled_tok_s: float | None = None
     workload: dict[str, Any] = field(default_factory=dict)  # batch, prompt_len, steps, tp, model, env, profiler
+    profiled_what: str = ""             # where profiled_step_ms comes from when not from the same source
 
     @property
     def cost(self) -> float | None:
@@ -86,6 +87,16 @@ class PlainTiming:
 
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and x > 0 else None
+
+
+def with_profiled_steps(t: PlainTiming | None, mean_step_ns: float | None) -> PlainTiming | None:
+    """`t` with the profiler's cost from the trace itself where its source gave none: the profiled mean decode
+    engine step (step-to-step, the host time between steps included, as a plain ms per decode step is) against the
+    plain ms per decode step. Only for an exact plain figure (not an upper bound)."""
+    if t is None or t.cost is not None or not t.step_ms or t.bound or not mean_step_ns:
+        return t
+    return replace(t, profiled_step_ms=mean_step_ns / 1e6,
+                   profiled_what="the trace's mean decode engine step (a different generate than the plain one)")
 
 
 def from_run_meta(meta: dict | None) -> PlainTiming | None:
