@@ -89,6 +89,13 @@ def test_vllm_is_faster_than_the_runtimes_graphs_rung_because_of_gpu_work(diffs,
     assert "without the profiler the bottleneck is still GPU work" in lines["bottleneck"]
     assert "host work" not in doc["verdict"]                           # the old, wrong "moved to host work"
     assert any(f.startswith("different engines") for f in doc["preface"])
+    # the profiler's cost: the runtime's own (meta.run dilation, profiled / plain decode); vLLM's summary profiled a
+    # 10-token generate against 32-token timed ones, so its cost is the trace's mean decode engine step / plain
+    run = load_profile(_runtime("graphs")).meta["run"]
+    assert doc["plain"]["before"]["cost"] == pytest.approx(run["dilation_by_phase"]["full"]["decode"], rel=1e-6)
+    after = doc["plain"]["after"]
+    assert after["profiled_what"].startswith("the trace's mean decode engine step")
+    assert after["cost"] == pytest.approx(after["profiled_step_ms"] / vllm_ms, rel=1e-3) and after["cost"] > 1.5
     # the split adds up: plain step = GPU busy + host / idle, on both sides
     split = lines["plain split"]
     assert "GPU busy" in split and "host / idle" in split
