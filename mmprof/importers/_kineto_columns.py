@@ -534,10 +534,10 @@ def gather(path: Path, watch, jobs: int) -> tuple[str, Any, Gathered | bytes]:
     g = Gathered()
     head = tail = b""
     shape_array = False
-    stream = ks.pieces(iter(iter_bytes(path, watch=watch)))
+    where = str(path)
+    stream = ks.pieces(iter(iter_bytes(path, watch=watch)), where)
     pending: deque = deque()
     pool = None
-    where = str(path)
 
     try:
         if jobs > 1:
