@@ -45,6 +45,8 @@ PAIRS = {
                                           "as above on Qwen2-MoE"),
     "qwen3moe_prompt_64_vs_512_b8": ("qwen3moe_graphs_b8", "qwen3moe_graphs_b8_p512",
                                      "two prompt lengths: flagged (prompt length differs)"),
+    "m3_b8_p64_vs_b4_p2048": ("m3_graphs_b8_nostream", "m3_graphs_b4_p2048",
+                              "batch and prompt length differ: flagged; the plain figures compared per token"),
     "two_models_m3_vs_qwen2moe": ("m3_graphs_b8_stream", "qwen2moe_graphs_b8", "refused: different models (exit 2)"),
     "a_file_with_itself": ("m3_graphs_b8_stream", "m3_graphs_b8_stream", "refused: the same trace (exit 2)"),
 }

@@ -30,7 +30,7 @@ import pandas as pd
 
 from mmprof.analysis.compare.bands import runs_band, steps_band
 from mmprof.analysis.compare.comparability import compare_facts
-from mmprof.analysis.compare.plain import from_run_meta, plain_change
+from mmprof.analysis.compare.plain import from_run_meta, plain_change, with_profiled_steps
 from mmprof.analysis.compare.result import CategoryChange, Delta, DiffResult, PathChange, StepChange, VariantTime
 from mmprof.analysis.compare.runfacts import fingerprint, run_facts
 from mmprof.analysis.compare.verdict import (StepMeans, answer, merged_compute, phase_line, roofline_lost,
@@ -432,6 +432,9 @@ def _diff_profiles(before, after, phase, rank, shape_regions, labels, plain, rep
                         else None) for lab, s in (("before", b), ("after", a))}
     overlap_roles = {r: (ob_.get(r, 0.0) / nb, oa_.get(r, 0.0) / na) for r in set(ob_) | set(oa_)}
     sb, sa, band, mb, ma = stats[phase_name]
+    if phase_name == "decode":     # a serving engine's decode steps measure what its plain ms per step does
+        plain = tuple(with_profiled_steps(t, m.span_ns if m is not None and s.tl.engine_phase(ph) else None)
+                      for t, m, s in zip(plain, (mb, ma), (b, a)))
     pc = plain_change(*plain)
     host_caveat = {s: ", ".join(x for x, on in (("synchronous launches", f.profiler.synchronous),
                                                 ("Python stacks", f.profiler.stacks)) if on)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mmprof.analysis.compare.bands import Band, runs_band
@@ -48,6 +48,7 @@ class PlainTiming:
     profiled_step_ms: float | None = None   # the same figure under the profiler
     profiled_tok_s: float | None = None
     workload: dict[str, Any] = field(default_factory=dict)  # batch, prompt_len, steps, tp, model, env, profiler
+    profiled_what: str = ""             # where profiled_step_ms comes from when not from the same source
 
     @property
     def cost(self) -> float | None:
@@ -86,6 +87,16 @@ class PlainTiming:
 
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and x > 0 else None
+
+
+def with_profiled_steps(t: PlainTiming | None, mean_step_ns: float | None) -> PlainTiming | None:
+    """`t` with the profiler's cost from the trace itself where its source gave none: the profiled mean decode
+    engine step (step-to-step, the host time between steps included, as a plain ms per decode step is) against the
+    plain ms per decode step. Only for an exact plain figure (not an upper bound)."""
+    if t is None or t.cost is not None or not t.step_ms or t.bound or not mean_step_ns:
+        return t
+    return replace(t, profiled_step_ms=mean_step_ns / 1e6,
+                   profiled_what="the trace's mean decode engine step (a different generate than the plain one)")
 
 
 def from_run_meta(meta: dict | None) -> PlainTiming | None:
@@ -232,11 +243,16 @@ class PlainChange:
                 "within_noise": self.within_noise, "text": self.text}
 
 
-def _times(t: PlainTiming, by_tok: bool) -> list[float]:
-    """A side's plain figure per repeated run, as a time (tokens/s inverted)."""
+def _times(t: PlainTiming, by_tok: bool, per: int = 1) -> list[float]:
+    """A side's plain figure per repeated run, as a time (tokens/s inverted; a step's time / `per` tokens)."""
     if by_tok:
         return [1.0 / x for x in (t.tok_s_runs or [t.tok_s]) if x]
-    return [x for x in (t.runs_ms or [t.step_ms]) if x]
+    return [x / per for x in (t.runs_ms or [t.step_ms]) if x]
+
+
+def _batch(t: PlainTiming) -> int | None:
+    x = t.workload.get("batch") if isinstance(t.workload, dict) else None
+    return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else None
 
 
 def plain_change(b: PlainTiming | None, a: PlainTiming | None) -> PlainChange:
@@ -248,17 +264,24 @@ def plain_change(b: PlainTiming | None, a: PlainTiming | None) -> PlainChange:
                     if have else NO_PLAIN)
         return out
     by_tok = False
+    per = (1, 1)
+    nb, na = _batch(b), _batch(a)
+    if b.step_ms and a.step_ms and nb and na and nb != na:
+        # a decode step makes one token per request: with different batches the like-for-like time is per token
+        per = (nb, na)
     if b.step_ms and a.step_ms and b.bound == a.bound:
-        out.measure = "ms per decode step" + (" (whole generate: upper bounds)" if b.bound else "")
-        out.change = a.step_ms / b.step_ms - 1.0
+        out.measure = ("ms per decode step" if per == (1, 1) else
+                       f"ms per generated token (a decode step / its {nb} vs {na} requests)") + (
+                           " (whole generate: upper bounds)" if b.bound else "")
+        out.change = (a.step_ms / per[1]) / (b.step_ms / per[0]) - 1.0
     elif b.step_ms and a.step_ms:          # one figure is an upper bound: it decides only when it is the lower one
         out.measure = "ms per decode step (one side an upper bound)"
-        lo = b if b.step_ms < a.step_ms else a
+        lo = b if b.step_ms / per[0] < a.step_ms / per[1] else a
         if not lo.bound:
             out.text = (f"{b.text()} vs {a.text()}: the upper bound is above the other side's figure, so these "
                         "figures cannot say which is faster")
             return out
-        out.change = a.step_ms / b.step_ms - 1.0
+        out.change = (a.step_ms / per[1]) / (b.step_ms / per[0]) - 1.0
     elif b.tok_s and a.tok_s and b.tok_s_what == a.tok_s_what:
         out.measure, by_tok = b.tok_s_what, True
         out.change = b.tok_s / a.tok_s - 1.0      # as a change of the time
@@ -266,7 +289,7 @@ def plain_change(b: PlainTiming | None, a: PlainTiming | None) -> PlainChange:
         out.text = f"{b.text()} vs {a.text()}: not the same measure, not compared"
         return out
     if b.bound == a.bound:
-        out.band = runs_band(_times(b, by_tok), _times(a, by_tok))
+        out.band = runs_band(_times(b, by_tok, per[0]), _times(a, by_tok, per[1]))
     if out.within_noise:
         verdict = f"within the run-to-run spread ({out.band.lo:+.0%} to {out.band.hi:+.0%}): not a measured change"
     else:
@@ -275,9 +298,11 @@ def plain_change(b: PlainTiming | None, a: PlainTiming | None) -> PlainChange:
             f" (outside the run-to-run spread, {out.band.lo:+.0%} to {out.band.hi:+.0%})" if out.band is not None
             else " (an upper bound below a measured time)" if b.bound != a.bound
             else " (one run a side: no run-to-run spread)")
-    def fig(t: PlainTiming) -> str:
+    def fig(t: PlainTiming, n: int) -> str:
         if by_tok:
             return f"{t.tok_s:,.1f} tok/s"
+        if n > 1:
+            return f"{'<= ' if t.bound else ''}{t.step_ms / n:,.3f} ms ({t.step_ms:,.2f} ms/step)"
         return f"{'<= ' if t.bound else ''}{t.step_ms:,.2f} ms"
-    out.text = f"{out.measure}: {fig(b)} -> {fig(a)} (time {out.change:+.1%}), {verdict}"
+    out.text = f"{out.measure}: {fig(b, per[0])} -> {fig(a, per[1])} (time {out.change:+.1%}), {verdict}"
     return out

@@ -303,7 +303,13 @@ def _workload(profile, es, plain) -> tuple[Fact, Fact, Fact]:
                 tokens = Fact(str(int(np.median(gt))), int(np.median(gt)), "decode engine steps")
         ctx = es[(es["ctx_reqs"] > 0) & (es["ctx_tokens"] >= 0)]
         if len(ctx):
-            p = int(round(ctx["ctx_tokens"].sum() / ctx["ctx_reqs"].sum()))
+            # a chunked prefill counts its request in every step it spans; when every prompt was admitted before
+            # the first pure decode step (one batch, no arrivals later) the requests are the ones that then decode
+            reqs = int(ctx["ctx_reqs"].sum())
+            if (len(dec) and 0 < int(dec["gen_reqs"].max()) < reqs
+                    and float(ctx["cpu_start_ns"].max()) < float(dec["cpu_start_ns"].min())):
+                reqs = int(dec["gen_reqs"].max())
+            p = int(round(ctx["ctx_tokens"].sum() / reqs))
             prompt = Fact(f"{p} tokens", p, "prefill engine steps (tokens / requests)")
     side = plain.workload if plain else {}
     if batch.key is None and isinstance(side.get("batch"), int):

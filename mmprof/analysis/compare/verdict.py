@@ -212,33 +212,96 @@ def _count(n: tuple[float, float] | None) -> str:
     return f"{n[0]:,.0f} -> {n[1]:,.0f} device events per step" if n and (n[0] or n[1]) else ""
 
 
+def _busy_reason(mb: StepMeans, ma: StepMeans, regions: list, overlap_roles: dict, note: str = "") -> str:
+    """GPU busy per step before -> after, and inside it the overlap across streams (when busy moved against the
+    kernel time, or overlap moved more than half as much the other way) or the regions that moved most."""
+    d_busy = ma.busy_ns - mb.busy_ns
+    why = f"GPU busy per step {pair(mb.busy_ns, ma.busy_ns)}" + (f" ({note})" if note else "")
+    d_k, d_o = ma.kernel_ns - mb.kernel_ns, ma.overlap_ns - mb.overlap_ns
+    if d_busy * d_k < 0 or (abs(d_o) > 0.5 * abs(d_busy) and d_o * d_busy < 0):
+        why += (f" although kernel time went {pair(mb.kernel_ns, ma.kernel_ns)}: overlap across streams "
+                f"{pair(mb.overlap_ns, ma.overlap_ns)}")
+        roles = sorted(overlap_roles.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))[:2]
+        if roles:
+            why += " (" + ", ".join(f"{r} {pair(x, y)}" for r, (x, y) in roles) + " beside other work)"
+    else:
+        top = [d for d in regions if d.before_ns or d.after_ns][:3]
+        if top:
+            why += ": " + ", ".join(f"{d.key} {pair(d.before_ns, d.after_ns)}" for d in top)
+    return why
+
+
 def _why(mb: StepMeans, ma: StepMeans, regions: list, overlap_roles: dict, host_caveat: dict[str, str],
          counts: tuple[float, float] | None = None) -> str:
-    """The part of the step that changed (module docstring); the profiler's inflation of host time after a ' (('
-    when host time is the reason."""
+    """The part of the profiled step that changed (module docstring); the profiler's inflation of host time after
+    a ' ((' when host time is the reason."""
     d_busy, d_idle = ma.busy_ns - mb.busy_ns, ma.idle_ns - mb.idle_ns
     if abs(d_busy) >= abs(d_idle):
-        why = f"GPU busy per step {pair(mb.busy_ns, ma.busy_ns)}"
-        d_k, d_o = ma.kernel_ns - mb.kernel_ns, ma.overlap_ns - mb.overlap_ns
-        if d_busy * d_k < 0 or (abs(d_o) > 0.5 * abs(d_busy) and d_o * d_busy < 0):
-            why += (f" although kernel time went {pair(mb.kernel_ns, ma.kernel_ns)}: overlap across streams "
-                    f"{pair(mb.overlap_ns, ma.overlap_ns)}")
-            roles = sorted(overlap_roles.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))[:2]
-            if roles:
-                why += " (" + ", ".join(f"{r} {pair(x, y)}" for r, (x, y) in roles) + " beside other work)"
-        else:
-            top = [d for d in regions if d.before_ns or d.after_ns][:3]
-            if top:
-                why += ": " + ", ".join(f"{d.key} {pair(d.before_ns, d.after_ns)}" for d in top)
-    else:
-        why = f"GPU idle (host) time per step {pair(mb.idle_ns, ma.idle_ns)}"
-        top = max(IDLE, key=lambda c: abs(ma.cats[c] - mb.cats[c]))
-        why += f" ({MOVE_LABELS[top]} {pair(mb.cats[top], ma.cats[top])}), GPU busy {pair(mb.busy_ns, ma.busy_ns)}"
-        if top == "idle_host" and counts and counts[0] and abs(counts[1] / counts[0] - 1) > 0.1:
-            why += f", {_count(counts)} to launch"
-        inflated = [f"{s}: {host_caveat[s]}" for s in ("before", "after") if host_caveat.get(s)]
-        if inflated:
-            why += f" ((host time inflated by the profiler: {'; '.join(inflated)})"
+        return _busy_reason(mb, ma, regions, overlap_roles)
+    why = f"GPU idle (host) time per step {pair(mb.idle_ns, ma.idle_ns)}"
+    top = max(IDLE, key=lambda c: abs(ma.cats[c] - mb.cats[c]))
+    why += f" ({MOVE_LABELS[top]} {pair(mb.cats[top], ma.cats[top])}), GPU busy {pair(mb.busy_ns, ma.busy_ns)}"
+    if top == "idle_host" and counts and counts[0] and abs(counts[1] / counts[0] - 1) > 0.1:
+        why += f", {_count(counts)} to launch"
+    inflated = [f"{s}: {host_caveat[s]}" for s in ("before", "after") if host_caveat.get(s)]
+    if inflated:
+        why += f" ((host time inflated by the profiler: {'; '.join(inflated)})"
+    return why
+
+
+@dataclass
+class PlainSplit:
+    """A plain (unprofiled) step split into GPU busy time, from the profile (kernel times are not what a profiler
+    inflates), and the rest: host / idle time without the profiler = plain step - GPU busy. Per side, ns."""
+
+    plain: tuple[float, float]
+    busy: tuple[float, float]
+
+    @property
+    def host(self) -> tuple[float, float]:
+        return (max(self.plain[0] - self.busy[0], 0.0), max(self.plain[1] - self.busy[1], 0.0))
+
+    def text(self) -> str:
+        (pb, pa), (bb, ba), (hb, ha) = self.plain, self.busy, self.host
+        return (f"without the profiler a step is {pair(pb, pa)} = GPU busy {pair(bb, ba)} (from the profile; "
+                f"{bb / pb:.0%} -> {ba / pa:.0%} of the step) + host / idle {pair(hb, ha)} (plain - busy)")
+
+
+def plain_split(plain, mb: StepMeans | None, ma: StepMeans | None) -> PlainSplit | None:
+    """The split of both sides' plain step (PlainSplit) where the plain figures are exact (not upper bounds) ms per
+    decode step and each covers its side's GPU busy time (a plain step shorter than the profile's busy time per
+    step is not the same step: no split)."""
+    if plain is None or mb is None or ma is None or plain.before is None or plain.after is None:
+        return None
+    if (not (plain.measure or "").startswith("ms per") or "bound" in plain.measure or not plain.before.step_ms
+            or not plain.after.step_ms):
+        return None
+    pb, pa = plain.before.step_ms * 1e6, plain.after.step_ms * 1e6
+    if pb < 0.9 * mb.busy_ns or pa < 0.9 * ma.busy_ns:
+        return None
+    return PlainSplit((pb, pa), (mb.busy_ns, ma.busy_ns))
+
+
+GPU_DISAGREE = 0.02     # GPU busy per step differs by this much or more: the GPU work has a direction of its own
+
+
+def _plain_why(sp: PlainSplit, mb: StepMeans, ma: StepMeans, regions: list, overlap_roles: dict,
+               one_run: bool) -> str:
+    """Why the plain step changed: the larger of the change in GPU busy and the change in host / idle time without
+    the profiler (PlainSplit), with the GPU part named in both cases; with one plain run a side, how much of the
+    difference the GPU work explains."""
+    d_plain = sp.plain[1] - sp.plain[0]
+    d_busy = sp.busy[1] - sp.busy[0]
+    d_host = sp.host[1] - sp.host[0]
+    if abs(d_busy) >= abs(d_host):
+        note = f"{abs(d_busy) / abs(d_plain):.0%} of the plain difference" if d_plain else ""
+        return (_busy_reason(mb, ma, regions, overlap_roles, note)
+                + f"; host / idle without the profiler {pair(*sp.host)}")
+    gpu = _busy_reason(mb, ma, regions, overlap_roles)
+    why = f"host / idle time per step without the profiler (plain - GPU busy) {pair(*sp.host)}; {gpu}"
+    if one_run:
+        why += (f"; the GPU work explains {abs(d_busy) / abs(d_plain):.0%} of the plain difference and one run a side "
+                "cannot separate the rest from run-to-run noise: repeat the plain timing")
     return why
 
 
@@ -273,7 +336,21 @@ def answer(phase: str, sb, sa, band, plain, mb: StepMeans | None, ma: StepMeans 
         faster, basis = plain.faster, "the plain timing (without the profiler)"
     elif plain is not None and plain.within_noise and p_faster:
         basis = "the profiled steps; the plain timing is within its run-to-run spread"
-    if faster is None:
+    split = plain_split(plain, mb, ma)
+    one_run = plain is not None and plain.faster is not None and plain.band is None
+    against = None
+    if one_run and split is not None and plain.measure == "ms per decode step":
+        (bb, ba), d_plain = split.busy, split.plain[1] - split.plain[0]
+        d_busy = ba - bb
+        # one unrepeated plain run a side against the GPU work, which the profiler does not inflate: no direction
+        if abs(d_busy) >= GPU_DISAGREE * max(bb, ba) and d_busy * d_plain < 0:
+            against = "after" if d_busy < 0 else "before"
+            faster = None
+            basis = (f"one plain run a side (no run-to-run spread), which says {plain.faster}, against the GPU work "
+                     f"per step (not inflated by the profiler), which says {against}")
+    if against is not None:
+        who = "not established"
+    elif faster is None:
         who = ("no measurable change: within noise" if band is not None and band.within
                else "no change" if change == 0 else "not decidable")
     else:
@@ -295,8 +372,16 @@ def answer(phase: str, sb, sa, band, plain, mb: StepMeans | None, ma: StepMeans 
             roles = sorted(overlap_roles.items(), key=lambda kv: -max(kv[1]))[:3]
             lines.append(("overlap", f"device time run beside other device work {pair(mb.overlap_ns, ma.overlap_ns)} "
                           "per step" + (": " + ", ".join(f"{r} {pair(x, y)}" for r, (x, y) in roles) if roles else "")))
-        if faster is not None:
-            why = _why(mb, ma, regions, overlap_roles, host_caveat, counts)
+        if split is not None:
+            lines.append(("plain split", split.text()))
+        if against is not None:
+            why = (_plain_why(split, mb, ma, regions, overlap_roles, True) if split is not None
+                   else _why(mb, ma, regions, overlap_roles, host_caveat, counts))
+            lines.append(("why", why.replace(" ((", " (")))
+        elif faster is not None:
+            why = (_plain_why(split, mb, ma, regions, overlap_roles, one_run)
+                   if split is not None and basis.startswith("the plain timing")
+                   else _why(mb, ma, regions, overlap_roles, host_caveat, counts))
             lines.append(("why", why.replace(" ((", " (")))
             why = why.split(" ((")[0]
     top = [d for d in regions if d.before_ns or d.after_ns][:5]
@@ -304,10 +389,20 @@ def answer(phase: str, sb, sa, band, plain, mb: StepMeans | None, ma: StepMeans 
         lines.append(("regions", "kernel time per step that moved most: " + ", ".join(
             f"{d.key} {pair(d.before_ns, d.after_ns)}" for d in top)))
     lines += [("missing", m) for m in missing]
+    if bottleneck and split is not None and host_caveat:
+        # the profiled shares carry host time the profiler inflated: the bottleneck is read off the plain split
+        (hb, ha), (pb, pa) = split.host, split.plain
+        gb, ga = hb / pb <= 0.5, ha / pa <= 0.5
+        noun = lambda g: "GPU work" if g else "host / idle time"  # noqa: E731
+        moved = f"still {noun(ga)}" if gb == ga else f"moved from {noun(gb)} to {noun(ga)}"
+        bottleneck = (f"without the profiler the bottleneck is {moved}: host / idle {hb / pb:.0%} -> {ha / pa:.0%} "
+                      "of the step (the profiled shares are not used: host time inflated by the profiler)")
     if bottleneck:
         lines.append(("bottleneck", bottleneck))
     head = f"{step_txt}: {who}"
-    if plain is not None and plain.faster and plain.change is not None:
+    if against is not None:
+        head += f" ({basis}: plain time {plain.change:+.1%}, GPU busy {_rel(*split.busy).rstrip('; ')})"
+    elif plain is not None and plain.faster and plain.change is not None:
         head += f" (without the profiler: time {plain.change:+.1%})"
     if why:
         head += f"; why: {why}"

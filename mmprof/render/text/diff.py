@@ -19,7 +19,7 @@ from mmprof.render.text.layout import Col, fit_table
 from mmprof.units import fmt_ns_pair, fmt_pct
 
 TOP_ROWS = 12
-ANSWER_ORDER = ("faster", "step", "plain", "disagree", "why", "GPU work", "host", "overlap", "regions", "missing",
+ANSWER_ORDER = ("faster", "step", "plain", "disagree", "plain split", "why", "GPU work", "host", "overlap", "regions", "missing",
                 "bottleneck")
 
 
@@ -55,7 +55,8 @@ def render_profiler_cost(d, console) -> None:
     for side in ("before", "after"):
         t = plain.get(side)
         if t:
-            cost = f"; profiler's cost {t['cost']:.2f}x (profiled / plain)" if t.get("cost") else ""
+            cost = (f"; profiler's cost {t['cost']:.2f}x (profiled / plain"
+                    + (f"; profiled: {t['profiled_what']})" if t.get("profiled_what") else ")") if t.get("cost") else "")
             _line(console, f"plain {side}: {t['text']}{cost}")
     if not (plain.get("before") or plain.get("after")):
         _line(console, f"plain timing: {plain.get('text') or 'none'}", style="dim")
