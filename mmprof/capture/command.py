@@ -1,5 +1,5 @@
-"""Run a command unchanged: inherited stdio, signals forwarded, its exit code returned (`mmprof record` and the
-external-tool backends)."""
+"""Run a command unchanged: inherited stdio (or its stdout / stderr passed through an `OutputCapture`, which keeps
+them as the run's log), signals forwarded, its exit code returned (`mmprof record` and the external-tool backends)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ import sys
 from mmprof.errors import BadInput
 
 
-def run_command(cmd: list[str], env: dict[str, str] | None = None) -> int:
+def run_command(cmd: list[str], env: dict[str, str] | None = None, output=None) -> int:
     """Run `cmd` with inherited stdio; forward SIGINT/SIGTERM/SIGHUP; return its exit code (128+N on signal N).
+
+    With `output` (a `mmprof.capture.output.OutputCapture`) its stdout and stderr are the capture's ends (a
+    pseudo-terminal where ours is a terminal, else a pipe; a closed one stays closed), forwarded to ours unchanged.
 
     When stdin is a terminal the command stays in our process group (so it can read the terminal and gets
     Ctrl-C from it directly) and SIGTERM/SIGHUP are forwarded to it; otherwise it runs in its own process
@@ -21,14 +24,19 @@ def run_command(cmd: list[str], env: dict[str, str] | None = None) -> int:
     if not cmd:
         raise BadInput("no command given: use `mmprof record [OPTIONS] -- CMD ARGS...`")
     interactive = _isatty(sys.stdin)
+    fds = output.open() if output is not None else {}
     try:
-        proc = subprocess.Popen(cmd, env=env, process_group=None if interactive else 0, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(cmd, env=env, process_group=None if interactive else 0, preexec_fn=_die_with_parent,
+                                stdout=fds.get("stdout"), stderr=fds.get("stderr"))
     except FileNotFoundError:
         raise BadInput(f"{cmd[0]}: command not found") from None
     except PermissionError:
         raise BadInput(f"{cmd[0]}: permission denied") from None
     except OSError as e:
         raise BadInput(f"{cmd[0]}: cannot run it ({e.strerror or e})") from None
+    finally:
+        if output is not None:
+            output.started()  # our copies of the command's ends closed; forwarding starts (even for no process)
 
     def forward(signum, frame):
         if interactive and signum == signal.SIGINT:

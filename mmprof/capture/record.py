@@ -6,7 +6,8 @@ runs the start-up hook, which captures the process with a `CaptureSession` once 
 stdin/stdout/stderr are inherited (never captured) and its exit code is returned. Afterwards `collect` reads the
 per-process meta files and the `.partial` markers that crashed processes left behind, and `build_profile`
 imports each process's trace with the Kineto importer and merges them into one multi-rank Profile whose meta
-says which ranks are complete, partial or missing.
+says which ranks are complete, partial or missing. The command's stdout and stderr pass through unchanged and are
+kept as the Profile's log (`capture/output.py`, docs/logs.md; `--no-log`: inherited, not kept).
 """
 
 from __future__ import annotations
@@ -23,10 +24,14 @@ from typing import Any
 
 from mmprof.capture import backends
 from mmprof.capture.command import run_command
+from mmprof.capture.output import OutputCapture
 from mmprof.capture.session import DEFAULT_STEP_MARKERS, MODES, TRACE_SUFFIX, combine_traces
 from mmprof.errors import BadInput, CaptureUnavailable, MmprofError
 from mmprof.fileio import check_output, note_input
 from mmprof.importers import import_paths
+from mmprof.importers.logs import log_profile, pid_ranks, with_log
+from mmprof.log_rules import load_log_rules
+from mmprof.log_text import LIMIT_BYTES
 from mmprof.labels import MAX_RANK
 from mmprof.profiles.io import save_profile
 from mmprof.profiles.profile import merge_profiles
@@ -48,6 +53,8 @@ class RecordOptions:
     grace_s: float = 10.0           # how long to wait for orphaned workers to finish writing after the command
     flush_every: int | None = None  # write a segment every N steps, so a process that dies keeps its earlier steps
     modules: bool = True            # a range per nn.Module call, named by the module's path (structure of any model)
+    log: bool = True                # keep the command's stdout / stderr as the Profile's log (passed through unchanged)
+    log_limit: int = LIMIT_BYTES    # the log's size bound: head, tail and the lines the log rules want
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -60,6 +67,8 @@ class RecordOptions:
             raise BadInput("--skip needs --steps (the window is: skip M steps, then capture N)")
         if self.flush_every is not None and self.flush_every < 1:
             raise BadInput("--flush-every must be at least 1")
+        if self.log_limit < 4096:
+            raise BadInput("--log-limit must be at least 4 KiB")
         if self.activities not in ("auto", "cpu"):
             raise BadInput(f"activities must be auto or cpu, not {self.activities!r}")
         if self.start not in ("auto", "import", "gpu"):
@@ -119,6 +128,7 @@ class RecordResult:
     processes: list[ProcessCapture] = field(default_factory=list)
     forked_not_captured: int = 0
     warnings: list[str] = field(default_factory=list)
+    log: dict[str, Any] | None = None   # the command's output kept as the log: per stream lines, bytes, kept, dropped
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -445,6 +455,18 @@ def _nothing_captured(procs: list[ProcessCapture], result: RecordResult) -> str:
     return f"nothing captured: {len(procs)} process(es) started a capture but none left usable data{rc}"
 
 
+def keep_log(profile, output: OutputCapture, result: RecordResult):
+    """The profile with the command's output as its log (lines of a captured process get its rank by pid)."""
+    lines, sources = output.snapshot()
+    result.log = {"streams": sources, "kept": len(lines), "limit_bytes": output.limit}
+    if output.broken:
+        result.warnings.append(f"the reader of mmprof's {' and '.join(output.broken)} went away: the command's "
+                               "was closed too (as without record); the log holds what came before")
+    if not lines:
+        return profile
+    return with_log(profile, log_profile(lines, sources, pid_ranks(profile), limit=output.limit))
+
+
 def protect_command_files(cmd: list[str]) -> None:
     """Register every file the wrapped command names (its program, its script, `--opt=FILE` values) as an input
     of this command: the output guard (mmprof.fileio.check_output) then refuses `-o` onto any of them."""
@@ -485,12 +507,20 @@ def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "tor
     check_output(out_path)  # before the command runs: a bad -o is refused now, not after an hour's run
     ours = _ours(prepare_trace_dir(tdir))
     env = build_env(tdir, opts)
-    result.exit_code = run_command(cmd, env)
-    wait_for_stragglers(tdir, opts.grace_s, ours)
+    output = OutputCapture(opts.log_limit, keep=load_log_rules().wanted) if opts.log else None
+    try:
+        result.exit_code = run_command(cmd, env, output)
+        wait_for_stragglers(tdir, opts.grace_s, ours)
+    finally:
+        if output is not None:
+            output.drain(1.0)  # what the command's last writers still had in flight
+            output.restore()
     procs, forked, warns = collect(tdir, ours)
     result.forked_not_captured = forked
     result.warnings.extend(warns)
     profile = build_profile(procs, result, progress)
+    if output is not None:
+        profile = keep_log(profile, output, result)
     if progress is not None:
         progress(f"writing {out_path}", len(procs), len(procs) + 1)
     save_profile(profile, out_path)

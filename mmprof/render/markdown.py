@@ -100,7 +100,9 @@ findings. `mmprof/rules/checks.toml` is the machine-readable source; `mmprof rul
 `mmprof rules CODE` for one) and this section is generated from it (`mmprof rules --markdown`); a test keeps
 the two in sync. FP000-FP004 run as built-in checks (select them with `checks = [...]` in a spec); FP003-FP006
 are also the codes spec assertions report under (`require` / `dispatch` -> FP003, `forbid` -> FP004,
-`max_launches` -> FP005, `forbid_pattern` -> FP006). SH codes are the findings of `mmprof shapes`.
+`max_launches` -> FP005, `forbid_pattern` -> FP006). LG codes judge the engine's own log (docs/logs.md): `kind = "log"`
+assertions report under LG001, and LG002 runs whenever the profile holds a log. SH codes are the findings of
+`mmprof shapes`.
 """
 
 

@@ -33,7 +33,7 @@ def evaluate(a: Assertion, ctx: Context) -> CheckResult:
         return na
     phases = phases_present(ctx.events) if a.kind != "dispatch" else \
         sorted({str(p) for p in ctx.dispatch["phase"].dropna().unique()}) if len(ctx.dispatch) else []
-    if a.phase or len(phases) < 2 or a.kind == "forbid_pattern":
+    if a.phase or len(phases) < 2 or a.kind in ("forbid_pattern", "log"):  # a log fact is of the run, not a phase
         return fn(a, ctx)
     parts = {}
     for p in phases:

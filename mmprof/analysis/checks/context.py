@@ -45,6 +45,7 @@ class Context:
     moe_layers: Any = None
     phase_source: str | None = None  # where the events' phases come from (infer_phases); None: unknown
     model: Any = None  # the --model ModelSpec, when given: what the model has (experts, shared expert, indexer)
+    log: Any = None  # mmprof.analysis.logs.join.LogReport: the engine log's facts and their kernels (None: no log)
 
 
 def dispatch_frame(profile: Any) -> Any:

@@ -7,6 +7,7 @@ Assertion kinds (docs/fastpath.md has the full reference; each kind has a code i
     max_launches    at most `max` events per rank, step and layer in the region
     forbid_pattern  no device event whose name matches `pattern`, anywhere
     dispatch        the dispatch log must show implementation `impl` for op `op`
+    log             the engine's log must state a fact, or must not (log_query.py; LG001)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mmprof.analysis.checks.log_query import LOG_KEYS, LogQuery, parse_log_query
 from mmprof.analysis.checks.selectors import bounded_search, compile_bounded
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
@@ -28,10 +30,11 @@ RULES_DIR = Path(__file__).resolve().parent.parent.parent / "rules"
 MAX_LAYER = 65535  # a layer index above this is not a layer of any model
 BUILTIN_SPEC = RULES_DIR / "builtin_fastpath.toml"  # the reference runtime (it writes a dispatch log)
 GENERIC_SPEC = RULES_DIR / "builtin_fastpath_generic.toml"  # any other runtime
-KINDS = {"require": "FP003", "forbid": "FP004", "max_launches": "FP005", "forbid_pattern": "FP006", "dispatch": "FP003"}
+KINDS = {"require": "FP003", "forbid": "FP004", "max_launches": "FP005", "forbid_pattern": "FP006", "dispatch": "FP003",
+         "log": "LG001"}
 BUILTIN_CHECKS = ("FP000", "FP001", "FP002", "FP003", "FP004")
 _ASSERT_KEYS = {"id", "kind", "code", "description", "region", "phase", "layers", "family", "variant", "library",
-                "path", "name", "every_layer", "min_time_share", "max", "pattern", "op", "impl", "within"}
+                "path", "name", "every_layer", "min_time_share", "max", "pattern", "op", "impl", "within"} | LOG_KEYS
 _SPEC_KEYS = {"id", "description", "checks", "sparse_layers", "moe_layers", "example", "device"}
 
 
@@ -141,6 +144,7 @@ class Assertion:
     op: str | None = None
     impl: tuple[str, ...] = ()
     within: tuple[str, ...] = ()
+    log: LogQuery | None = None  # kind = "log": the facts of the engine's log it names
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "code": self.code, "description": self.description,
@@ -148,7 +152,7 @@ class Assertion:
                 "layers": sorted(self.layers) if self.layers is not None else None,
                 "selector": self.selector.describe(), "every_layer": self.every_layer,
                 "min_time_share": self.min_time_share, "max": self.max, "pattern": self.pattern, "op": self.op,
-                "impl": list(self.impl)}
+                "impl": list(self.impl), **({"log": self.log.to_dict()} if self.log else {})}
 
 
 @dataclass
@@ -202,7 +206,8 @@ def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
                   region=region, phase=raw.get("phase"), layers=_parse_layers(raw.get("layers"), w), selector=sel,
                   every_layer=bool(raw.get("every_layer", True)), min_time_share=raw.get("min_time_share"),
                   max=raw.get("max"), pattern=raw.get("pattern"), op=raw.get("op"),
-                  impl=tuple(_as_list(raw.get("impl"), w, "impl")), within=tuple(_as_list(raw.get("within"), w, "within")))
+                  impl=tuple(_as_list(raw.get("impl"), w, "impl")), within=tuple(_as_list(raw.get("within"), w, "within")),
+                  log=parse_log_query(raw, kind, w))
     if a.phase not in (None, "prefill", "decode"):
         raise BadInput(f"{w}: `phase` must be prefill or decode")
     if kind == "require":
