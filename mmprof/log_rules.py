@@ -38,7 +38,7 @@ KINDS = {
 }
 FALLBACK_KINDS = ("default_config", "fallback")
 _FACT_KEYS = {"id", "engine", "formats", "kind", "subject", "contains", "pattern", "value", "says", "source",
-              "example", "example_value", "regions", "families", "name", "fallback", "forced"}
+              "example", "example_value", "regions", "families", "name", "fallback", "forced", "where"}
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,7 @@ class FactRule:
     name: str | None = None      # regex on the kernel names the fact concerns
     fallback: bool = False
     forced: bool = False         # the user asked for it (--attention-backend): not the engine's own choice
+    where: re.Pattern | None = None  # regex the line's source location must match (fused_moe.py:1108)
 
     @property
     def is_fallback(self) -> bool:
@@ -124,14 +125,13 @@ class LogRules:
     def parse(self, text: str) -> ParsedLine:
         """A line's process prefix, format header and message (a line no format knows: all message)."""
         process, pid = None, -1
-        for rx in self.prefixes:
-            m = rx.match(text)
-            if m:
-                process = m.groupdict().get("process")
-                if m.groupdict().get("pid"):
-                    pid = _int(m.group("pid"))
-                text = text[m.end():]
+        for _ in range(4):  # nested prefixes (a worker's line through the engine core's stream): the last one printed
+            m = next((m for m in (rx.match(text) for rx in self.prefixes) if m), None)
+            if m is None:
                 break
+            process = m.groupdict().get("process")
+            pid = _int(m.group("pid")) if m.groupdict().get("pid") else -1
+            text = text[m.end():]
         for f in self.formats:
             m = f.rx.match(text)
             if m:
@@ -144,8 +144,9 @@ class LogRules:
                                   g.get("message") or "")
         return ParsedLine(process, pid, None, None, None, None, text)
 
-    def facts_of(self, message: str, fmt: str | None) -> list[tuple[FactRule, str, dict[str, str]]]:
-        """Every fact the message states: (rule, value, named fields)."""
+    def facts_of(self, message: str, fmt: str | None, where: str | None = None
+                 ) -> list[tuple[FactRule, str, dict[str, str]]]:
+        """Every fact the message states: (rule, value, named fields); `where` is the line's source location."""
         if not self.wanted(message):
             return []
         out = []
@@ -153,6 +154,8 @@ class LogRules:
             if r.contains and r.contains not in message:
                 continue
             if r.formats and fmt not in r.formats and not (fmt is None and "plain" in r.formats):
+                continue
+            if r.where is not None and not (where and r.where.search(where)):
                 continue
             m = r.rx.search(message)
             if m:
@@ -266,7 +269,8 @@ def _fact(raw: dict[str, Any], source: str, seen: set[str], known_formats: set[s
                     contains=str(raw.get("contains") or ""), value=raw.get("value"), says=raw["says"],
                     source=raw["source"], formats=formats, regions=_strs(raw.get("regions"), w, "regions"),
                     families=_strs(raw.get("families"), w, "families"), name=name,
-                    fallback=bool(raw.get("fallback", False)), forced=bool(raw.get("forced", False)))
+                    fallback=bool(raw.get("fallback", False)), forced=bool(raw.get("forced", False)),
+                    where=_compile(raw["where"], w + " where") if raw.get("where") is not None else None)
     if rule.value is None and "value" not in rx.groupindex:
         raise BadInput(f"{w}: no (?P<value>...) group and no `value`")
     ex = raw.get("example")

@@ -25,8 +25,18 @@ def run_command(cmd: list[str], env: dict[str, str] | None = None, output=None) 
         raise BadInput("no command given: use `mmprof record [OPTIONS] -- CMD ARGS...`")
     interactive = _isatty(sys.stdin)
     fds = output.open() if output is not None else {}
+    closed = closed_at_start()  # mmprof started with them closed: the command must see them closed too
+
+    def preexec() -> None:
+        for fd in closed:
+            try:
+                os.close(fd)  # whatever mmprof opened since may have taken the number
+            except OSError:
+                pass
+        _die_with_parent()
+
     try:
-        proc = subprocess.Popen(cmd, env=env, process_group=None if interactive else 0, preexec_fn=_die_with_parent,
+        proc = subprocess.Popen(cmd, env=env, process_group=None if interactive else 0, preexec_fn=preexec,
                                 stdout=fds.get("stdout"), stderr=fds.get("stderr"))
     except FileNotFoundError:
         raise BadInput(f"{cmd[0]}: command not found") from None
@@ -77,6 +87,12 @@ def _die_with_parent() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
     except Exception:  # not Linux: the forwarding above still covers SIGTERM / SIGINT / SIGHUP
         pass
+
+
+def closed_at_start() -> list[int]:
+    """The standard output / error fds that were closed when mmprof started (Python then sets sys.__stdout__ /
+    sys.__stderr__ to None): a later open() may reuse the number, but the command must still find them closed."""
+    return [fd for fd, f in ((1, sys.__stdout__), (2, sys.__stderr__)) if f is None]
 
 
 def _isatty(f) -> bool:

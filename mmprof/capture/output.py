@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Any
 
+from mmprof.capture.command import closed_at_start
 from mmprof.log_text import LIMIT_BYTES, BoundedLines, Line, LineSplitter
 
 READ_CHUNK = 65536
@@ -68,8 +69,9 @@ class OutputCapture:
     # -- set-up, before the command starts ----------------------------------------------------------------
     def open(self) -> dict[str, int | None]:
         """The fds to give the command as stdout / stderr (None: leave that stream inherited)."""
+        closed = closed_at_start()
         for stream, ours in STREAMS:
-            if not _fd_open(ours):
+            if ours in closed or not _fd_open(ours):
                 self.child[stream] = None  # ours is closed: the command's stays closed, nothing to keep
                 continue
             tty = _isatty(ours) if self.use_pty is None else self.use_pty

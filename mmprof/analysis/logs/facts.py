@@ -172,7 +172,7 @@ def log_facts(profile: Any, rules: LogRules | None = None) -> LogFacts:
         msg = text[i]
         if not msg or not rules.wanted(msg):
             continue
-        for rule, value, fields in rules.facts_of(msg, fmt[i]):
+        for rule, value, fields in rules.facts_of(msg, fmt[i], decoded["where"][i]):
             fact = LogFact(rule=rule, value=value, fields=fields, rank=int(t["rank"][i]), pid=int(t["pid"][i]),
                            process=decoded["process"][i], stream=decoded["stream"][i] or "file",
                            line=int(t["line"][i]), time_ns=int(t["time_ns"][i]), stamp=decoded["stamp"][i],

@@ -23,12 +23,13 @@ import sys
 GREEN, YELLOW, GREY, RESET = "\033[32m", "\033[33m", "\033[90m", "\033[0m"
 
 
-def seen(fd_obj):
+def seen(fd):
+    """What the process finds at fd: "closed", "tty" or "not a tty" (as the workload itself would test it)."""
     try:
-        tty = fd_obj.isatty()
-    except ValueError:
-        return None
-    return tty
+        os.fstat(fd)
+    except OSError:
+        return "closed"
+    return "tty" if os.isatty(fd) else "not a tty"
 
 
 def report(out, who):
@@ -37,7 +38,7 @@ def report(out, who):
     except OSError:
         size = None
     with open(f"{out}.{who}", "w") as f:
-        json.dump({"stdout_tty": seen(sys.stdout), "stderr_tty": seen(sys.stderr), "size": size, "pid": os.getpid()}, f)
+        json.dump({"stdout": seen(1), "stderr": seen(2), "size": size, "pid": os.getpid()}, f)
 
 
 class Prefixed:
@@ -69,10 +70,13 @@ def engine_core(out, lines, close_stdout):
         os.close(1)
         sys.stdout = open(os.devnull, "w")
     prefix = f"(EngineCore pid={os.getpid()}) "
-    sys.stderr = Prefixed(sys.stderr, prefix)
-    if not close_stdout:
+    if sys.stderr is not None:
+        sys.stderr = Prefixed(sys.stderr, prefix)
+    if not close_stdout and sys.stdout is not None:
         sys.stdout = Prefixed(sys.stdout, prefix)
-    stream = sys.stderr if close_stdout else sys.stdout
+    stream = sys.stderr if close_stdout or sys.stdout is None else sys.stdout
+    if stream is None:
+        stream = open(os.devnull, "w")
     color = stream.isatty()
     fmt = (f"%(levelname)s {GREY}%(asctime)s{RESET} {GREY}[%(filename)s:%(lineno)d]{RESET} %(message)s" if color
            else "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s")
@@ -106,7 +110,10 @@ def engine_core(out, lines, close_stdout):
     stream.write("\n")
     stream.flush()
     sys.stderr.flush()
-    os.write(2, prefix.encode() + b"binary \xff\xfe noise \x00 here\n")
+    try:
+        os.write(2, prefix.encode() + b"binary \xff\xfe noise \x00 here\n")
+    except OSError:
+        pass
     # vllm/v1/worker/gpu_model_runner.py:6845
     log.info("Graph capturing finished in %.0f secs, took %.2f GiB", 6.0, 0.21)
     stream.write("unterminated last line")
@@ -117,9 +124,11 @@ if __name__ == "__main__":
     out = sys.argv[1]
     n = int(sys.argv[sys.argv.index("--lines") + 1]) if "--lines" in sys.argv else 0
     report(out, "parent")
-    print("INFO 12-01 10:21:02 [utils.py:253] front end: starting the engine core", flush=True)
+    if sys.stdout is not None:
+        print("INFO 12-01 10:21:02 [utils.py:253] front end: starting the engine core", flush=True)
     p = mp.get_context("spawn").Process(target=engine_core, args=(out, n, "--close-stdout" in sys.argv))
     p.start()
     p.join()
-    print("front end: done", flush=True)
+    if sys.stdout is not None:
+        print("front end: done", flush=True)
     sys.exit(p.exitcode)
