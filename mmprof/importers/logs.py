@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
+from mmprof.errors import BadInput
 from mmprof.fileio import stream_chunks
 from mmprof.log_rules import LogRules, load_log_rules
 from mmprof.log_text import LIMIT_BYTES, BoundedLines, Line, LineSplitter
@@ -29,6 +30,8 @@ def read_log_file(path: str | os.PathLike, limit: int = LIMIT_BYTES, rules: LogR
     for chunk in stream_chunks(path):
         keep.extend(sp.feed(chunk))
     keep.extend(sp.close())
+    if not sp.bytes:
+        raise BadInput(f"{path}: empty file (no log lines)")
     lines = keep.lines()
     src = {"stream": "file", "file": str(path), "lines": keep.seen, "bytes": sp.bytes, "kept": len(lines),
            "dropped": keep.dropped}

@@ -23,6 +23,7 @@ import pandas as pd
 
 from mmprof.analysis.logs.facts import FactGroup, LogFacts, log_facts
 from mmprof.log_rules import LogRules, load_log_rules
+from mmprof.names import display_name
 from mmprof.units import fmt_ns
 
 AGREE_SHARE = 0.5  # below this share of the concerned time, the backend's kernels ran only partly: said
@@ -52,7 +53,7 @@ class FactKernels:
         """`fused_moe_kernel x120, 3.21 ms (14% of kernel time; prefill 0.41 ms, decode 2.80 ms)`."""
         if not self.events:
             return "no kernels it concerns in this profile"
-        top = self.top[0] if self.top else ""
+        top = _short(self.top[0]) if self.top else ""
         more = f" (+{len(self.top) - 1} more names)" if len(self.top) > 1 else ""
         ph = ", ".join(f"{p} {fmt_ns(v)}" for p, v in self.phases.items())
         return (f"{top}{more}; {self.events:,} kernels, {fmt_ns(self.time_ns)} ({self.share:.0%} of kernel time"
@@ -102,13 +103,19 @@ def _top(df: pd.DataFrame, n: int = 4) -> list[str]:
     return [f"{str(k)[:90]} x{int(r['count'])}" for k, r in g.iterrows()]
 
 
+def _short(entry: str) -> str:
+    """`<kernel name> xN` with the name as its display name (mmprof.names), for messages."""
+    name, _, count = entry.rpartition(" x")
+    return f"{display_name(name, 48)} x{count}" if name else entry
+
+
 def _by_library(df: pd.DataFrame, n: int = 3) -> list[str]:
     d = df.assign(lib=df["library"].fillna(df["family"].astype(object)))
     g = d.groupby("lib", sort=False, dropna=False)["dur_ns"].sum().sort_values(ascending=False).head(n)
     out = []
     for lib, t in g.items():
         names = _top(d[d["lib"] == lib], 1)
-        out.append(f"{lib} ({names[0] if names else '-'}, {fmt_ns(int(t))})")
+        out.append(f"{lib} ({_short(names[0]) if names else '-'}, {fmt_ns(int(t))})")
     return out
 
 
@@ -133,9 +140,11 @@ def select(group: FactGroup, events: pd.DataFrame) -> tuple[pd.DataFrame, str, s
     if r.regions:
         in_regions = _glob_mask(events["region"], r.regions)
         if (in_regions & m).any():
-            m &= in_regions
+            # in its regions, or in none (a graph replay nothing placed): never a kernel placed elsewhere
+            nowhere = m & events["region"].isna().to_numpy(dtype=bool)
+            m &= in_regions | nowhere
             judged = "regions"
-            words.insert(0, "|".join(r.regions))
+            words.insert(0, "|".join(r.regions) + (f" (+{int(nowhere.sum())} of no region)" if nowhere.any() else ""))
         else:
             words.append(f"anywhere (no events in {'|'.join(r.regions)})")
     return events[m], judged, ", ".join(words)

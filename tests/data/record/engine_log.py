@@ -37,8 +37,9 @@ def report(out, who):
         size = list(os.get_terminal_size(1))
     except OSError:
         size = None
+    what = {"stdout": seen(1), "stderr": seen(2), "size": size, "pid": os.getpid()}  # before open() takes fd 1
     with open(f"{out}.{who}", "w") as f:
-        json.dump({"stdout": seen(1), "stderr": seen(2), "size": size, "pid": os.getpid()}, f)
+        json.dump(what, f)
 
 
 class Prefixed:
