@@ -114,9 +114,12 @@ class LogRules:
     source: str = str(LOG_RULES_FILE)
     _wanted: re.Pattern | None = field(default=None, repr=False)
 
+    anchors: tuple[bytes, ...] = ()
+
     def __post_init__(self) -> None:
         lits = sorted({f.contains for f in self.facts if f.contains}, key=len, reverse=True)
         self._wanted = re.compile("|".join(re.escape(s) for s in lits)) if lits else None
+        self.anchors = anchor_words(lits)
 
     def wanted(self, text: str) -> bool:
         """Could a fact rule match this line? (the combined `contains` literals: a superset of the facts)"""
@@ -171,6 +174,27 @@ class LogRules:
 
     def subjects(self) -> list[str]:
         return sorted({f.subject for f in self.facts})
+
+
+def anchor_words(literals: list[str], min_len: int = 6) -> tuple[bytes, ...]:
+    """A few words such that every literal holds at least one (a greedy set cover over its words of `min_len`+
+    characters, case kept, long words preferred: they are rare in the lines around them; a literal without such a
+    word is its own anchor): a line that holds none of them holds no literal, so a huge log is searched for these
+    alone (bytes.find, C speed) and only the lines holding one are checked."""
+    words = {lit: set(re.findall(r"[A-Za-z0-9_]{%d,}" % min_len, lit)) for lit in literals}
+    left, out = set(literals), []
+    while left:
+        counts: dict[str, int] = {}
+        for lit in left:
+            for w in words[lit]:
+                counts[w] = counts.get(w, 0) + 1
+        if not counts:
+            out += sorted(left)
+            break
+        best = max(counts, key=lambda w: (counts[w] * min(len(w), 10), len(w), w))
+        out.append(best)
+        left = {lit for lit in left if best not in words[lit]}
+    return tuple(w.encode() for w in out)
 
 
 def _int(s: str) -> int:

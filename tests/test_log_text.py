@@ -11,7 +11,7 @@ import io
 
 import pytest
 
-from mmprof.log_text import MAX_LINE_CHARS, BoundedLines, Line, LineSplitter, clean, read_lines
+from mmprof.log_text import MAX_LINE_CHARS, BoundedStream, LineSplitter, clean, merge_streams, read_lines
 
 
 def split(chunks: list[bytes], stream: str = "stdout") -> list[str]:
@@ -66,26 +66,61 @@ def test_numbers_and_times_of_lines():
     assert sp.bytes == 5
 
 
-def test_bounded_keeps_head_tail_and_wanted_middle_lines():
-    keep = BoundedLines(limit=8000, keep=lambda t: "WANTED" in t)
-    lines = [Line(f"line {i}", "stdout", i + 1) for i in range(2000)]
-    lines[1000] = Line("WANTED default config", "stdout", 1001)
-    keep.extend(lines)
+def feed_all(keep: BoundedStream, data: bytes, chunk: int, t0: int = 0) -> None:
+    for i in range(0, len(data), chunk):
+        keep.feed(data[i:i + chunk], t0 + i)
+
+
+@pytest.mark.parametrize("chunk", [7, 256, 4096, 65536])
+def test_bounded_keeps_head_tail_and_wanted_middle_lines_whatever_the_chunks(chunk):
+    lines = [f"line {i} " + "z" * (i % 50) for i in range(3000)]
+    lines[1500] = "WANTED default config"
+    lines[1501] = "WANTED\x1b[31m again"          # escape sequences removed from what is kept
+    data = ("\n".join(lines) + "\n").encode()
+    keep = BoundedStream("stdout", limit=16000, anchors=(b"WANTED",), wanted=lambda t: "WANTED" in t)
+    feed_all(keep, data, chunk)
     kept = keep.lines()
-    assert kept[0].number == 1 and kept[-1].number == 2000          # head and tail
-    assert any(ln.text == "WANTED default config" for ln in kept)   # the fact line in the middle
-    assert keep.seen == 2000 and keep.dropped == 2000 - len(kept)
-    assert keep.dropped_by == {"stdout": keep.dropped}
-    assert sum(len(ln.text) + 40 for ln in kept) <= 8000 + 60       # within the bound (one line of slack)
-    assert [ln.number for ln in kept] == sorted(ln.number for ln in kept)  # arrival order
+    by_number = {ln.number: ln.text for ln in kept}
+    assert by_number[1] == lines[0] and by_number[3000] == lines[2999]   # head and tail, numbered in the stream
+    assert by_number[1501] == "WANTED default config" and by_number[1502] == "WANTED again"
+    assert all(by_number[n] == lines[n - 1] for n in by_number if n not in (1502,))  # nothing shifted or mangled
+    assert keep.total_lines == 3000 and keep.dropped(len(kept)) == 3000 - len(kept) > 2000
+    assert sum(len(ln.text) for ln in kept) <= 16000 + 200               # within the bound
+    assert [ln.number for ln in kept] == sorted(ln.number for ln in kept)
+
+
+def test_bounded_keeps_everything_that_fits():
+    keep = BoundedStream("stdout", limit=1 << 20)
+    feed_all(keep, b"a\r\nb\rc\npartial", 3)
+    assert [(ln.number, ln.text) for ln in keep.lines()] == [(1, "a"), (2, "c"), (3, "partial")]
+    assert keep.total_lines == 3 and keep.dropped(3) == 0
 
 
 def test_bounded_memory_does_not_grow_with_the_log():
-    keep = BoundedLines(limit=4096)
-    for i in range(100_000):
-        keep.add(Line("y" * 50, "stdout", i + 1))
-    assert len(keep.lines()) < 100
-    assert keep.seen == 100_000
+    keep = BoundedStream("stdout", limit=8192)
+    for i in range(20_000):
+        keep.feed(b"y" * 50 + b"\n", i)
+    assert len(keep.lines()) < 200 and keep.total_lines == 20_000
+    assert sum(len(c) for _, c in keep._tail) <= 8192  # noqa: SLF001 (the bound itself)
+
+
+def test_a_backlog_the_search_cannot_keep_up_with_is_dropped_unsearched_and_counted():
+    keep = BoundedStream("stdout", limit=8192, anchors=(b"WANTED",), wanted=lambda t: True)
+    keep.BACKLOG_MAX = 10_000
+    for i in range(2000):
+        keep.push(b"x" * 30 + (b" WANTED" if i == 1000 else b"") + b"\n", i)  # push only: nobody searches
+    assert keep.unsearched > 0
+    kept = keep.lines()
+    assert keep.total_lines == 2000 and kept[-1].number == 2000          # numbering survives the gap
+    assert [ln.number for ln in kept] == sorted({ln.number for ln in kept})
+
+
+def test_streams_merge_in_arrival_order():
+    a, b = BoundedStream("stdout"), BoundedStream("stderr")
+    a.feed(b"one\n", 10)
+    b.feed(b"two\n", 5)
+    a.feed(b"three\n", 20)
+    assert [ln.text for ln in merge_streams([a, b])] == ["two", "one", "three"]
 
 
 def test_read_lines_streams_a_file_in_chunks():

@@ -3,9 +3,9 @@
 `OutputCapture` sits between the command and mmprof's own stdout / stderr:
 
 - every byte the command writes goes on to where it would have gone (our fd 1 / fd 2), unchanged and unbuffered,
-  as it arrives; a copy is split into lines (`mmprof.log_text.LineSplitter`: escape sequences removed, CR / CRLF,
-  partial lines), each stamped with the wall-clock time it arrived, and kept within a size bound
-  (`BoundedLines`: head, tail and the lines the log rules want, 4 MiB by default);
+  as it arrives; a copy is kept within a size bound (`mmprof.log_text.BoundedStream`: head, tail and the lines the
+  log rules want, 4 MiB by default, as raw chunks stamped with the wall-clock time they arrived) and split into
+  lines only when the log is taken (`snapshot`: escape sequences removed, CR / CRLF, partial lines);
 - what the command sees stays what it would have seen: where our stdout (stderr) is a terminal, the command gets
   a pseudo-terminal of the same size (kept in step on SIGWINCH) with output post-processing off, so `isatty()` is
   true, colours and progress bars are the terminal ones, and the bytes reaching the terminal are the same; where
@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from mmprof.capture.command import closed_at_start
-from mmprof.log_text import LIMIT_BYTES, BoundedLines, Line, LineSplitter
+from mmprof.log_text import LIMIT_BYTES, BoundedStream, Line, merge_streams
 
 READ_CHUNK = 65536
 STREAMS = (("stdout", 1), ("stderr", 2))
@@ -52,17 +52,21 @@ def _isatty(fd: int) -> bool:
 class OutputCapture:
     """Tee the command's stdout / stderr to ours and keep a bounded, timestamped copy of their lines."""
 
-    def __init__(self, limit: int = LIMIT_BYTES, keep=None, use_pty: bool | None = None) -> None:
-        self.keep = BoundedLines(limit, keep=keep)
+    def __init__(self, limit: int = LIMIT_BYTES, anchors: tuple[bytes, ...] = (), wanted=None,
+                 use_pty: bool | None = None) -> None:
         self.limit = limit
+        self.anchors, self.wanted = anchors, wanted
         self.use_pty = use_pty          # None: a pty exactly where our stream is a terminal
         self.child: dict[str, int | None] = {}     # stream -> the fd the command gets (None: inherit ours)
         self._read: dict[int, tuple[str, int]] = {}  # our read end -> (stream, our fd to forward to)
-        self._splitters: dict[str, LineSplitter] = {}
+        self._keep: dict[str, BoundedStream] = {}
         self._pty_for: dict[int, int] = {}          # read end (pty master) -> our terminal fd (window size)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._keeper: threading.Thread | None = None
         self._done = threading.Event()
+        self._work = threading.Event()              # the forwarder pushed chunks the keeper may search
+        self._last_push = 0.0
         self._old_winch: Any = None
         self.broken: list[str] = []                 # streams whose reader went away (we closed the command's end)
 
@@ -83,8 +87,10 @@ class OutputCapture:
             else:
                 r, w = os.pipe()
             self._read[r] = (stream, ours)
-            self._splitters[stream] = LineSplitter(stream)
             self.child[stream] = w
+        n = max(1, len(self._read))  # one bound over the streams captured
+        for stream, _ in self._read.values():
+            self._keep[stream] = BoundedStream(stream, self.limit // n, self.anchors, self.wanted)
         return dict(self.child)
 
     @staticmethod
@@ -121,6 +127,8 @@ class OutputCapture:
                 self._old_winch = None
         self._thread = threading.Thread(target=self._forward, name="mmprof-output", daemon=True)
         self._thread.start()
+        self._keeper = threading.Thread(target=self._search, name="mmprof-log-search", daemon=True)
+        self._keeper.start()
 
     def _winch(self, signum, frame) -> None:
         for master, ours in self._pty_for.items():
@@ -145,8 +153,6 @@ class OutputCapture:
                 if not data:
                     open_fds.discard(r)
                     self._close(r)
-                    with self._lock:
-                        self.keep.extend(self._splitters[stream].close(time.time_ns()))
                     continue
                 t = time.time_ns()
                 if not self._write(ours, data):
@@ -154,8 +160,22 @@ class OutputCapture:
                     open_fds.discard(r)
                     self._close(r)
                 with self._lock:
-                    self.keep.extend(self._splitters[stream].feed(data, t))
+                    self._keep[stream].push(data, t)  # no search here: the keeper thread does it
+                self._last_push = time.monotonic()
+                self._work.set()
         self._done.set()
+        self._work.set()
+
+    def _search(self) -> None:
+        """Search what leaves the kept tail for the lines the log rules want, off the forwarding path (a backlog
+        beyond BoundedStream.BACKLOG_MAX is dropped unsearched rather than slowing the command)."""
+        while True:
+            self._work.wait(0.5)
+            self._work.clear()
+            for k in list(self._keep.values()):
+                k.scan(pause=self._yield)
+            if self._done.is_set():
+                return
 
     @staticmethod
     def _write(fd: int, data: bytes) -> bool:
@@ -180,6 +200,13 @@ class OutputCapture:
         except OSError:
             pass
 
+    def _yield(self) -> None:
+        """Between two searched chunks: while output is streaming, let the forwarding thread have the GIL (the
+        search catches up when the command pauses or ends; a backlog past its bound is dropped unsearched)."""
+        time.sleep(0.0005)
+        while not self._done.is_set() and time.monotonic() - self._last_push < 0.005:
+            time.sleep(0.005)
+
     # -- after the command ----------------------------------------------------------------------------------
     def drain(self, timeout: float = 1.0) -> bool:
         """Wait up to `timeout` s for every writer to close its end (the command and its children exited);
@@ -199,15 +226,15 @@ class OutputCapture:
     def snapshot(self) -> tuple[list[Line], list[dict[str, Any]]]:
         """The lines kept so far, in arrival order, and one source entry per captured stream."""
         with self._lock:
-            lines = self.keep.lines()
+            keeps = list(self._keep.values())
+            lines = merge_streams(keeps)
             counts: dict[str, int] = {}
             for ln in lines:
                 counts[ln.stream] = counts.get(ln.stream, 0) + 1
             terminal = {self._read[r][0] for r in self._pty_for}
-            sources = [{"stream": stream, "file": None, "lines": sp.number, "bytes": sp.bytes,
-                        "kept": counts.get(stream, 0), "dropped": self.keep.dropped_by.get(stream, 0),
-                        "terminal": stream in terminal}
-                       for stream, sp in self._splitters.items()]
+            sources = [{"stream": k.stream, "file": None, "lines": k.total_lines, "bytes": k.bytes,
+                        "kept": counts.get(k.stream, 0), "dropped": k.dropped(counts.get(k.stream, 0)),
+                        "unsearched": k.unsearched, "terminal": k.stream in terminal} for k in keeps]
         return lines, sources
 
 

@@ -462,6 +462,10 @@ def keep_log(profile, output: OutputCapture, result: RecordResult):
     if output.broken:
         result.warnings.append(f"the reader of mmprof's {' and '.join(output.broken)} went away: the command's "
                                "was closed too (as without record); the log holds what came before")
+    lost = sum(s.get("unsearched", 0) for s in sources)
+    if lost:
+        result.warnings.append(f"the command printed faster than its log could be searched: {lost:,} bytes of the "
+                               "middle of its output were not searched for log facts (the head and tail are kept)")
     if not lines:
         return profile
     return with_log(profile, log_profile(lines, sources, pid_ranks(profile), limit=output.limit))
@@ -507,7 +511,8 @@ def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "tor
     check_output(out_path)  # before the command runs: a bad -o is refused now, not after an hour's run
     ours = _ours(prepare_trace_dir(tdir))
     env = build_env(tdir, opts)
-    output = OutputCapture(opts.log_limit, keep=load_log_rules().wanted) if opts.log else None
+    rules = load_log_rules() if opts.log else None
+    output = OutputCapture(opts.log_limit, rules.anchors, rules.wanted) if rules is not None else None
     try:
         result.exit_code = run_command(cmd, env, output)
         wait_for_stragglers(tdir, opts.grace_s, ours)

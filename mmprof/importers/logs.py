@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from mmprof.errors import BadInput
 from mmprof.fileio import stream_chunks
 from mmprof.log_rules import LogRules, load_log_rules
-from mmprof.log_text import LIMIT_BYTES, BoundedLines, Line, LineSplitter
+from mmprof.log_text import LIMIT_BYTES, BoundedStream, Line
 from mmprof.profiles.profile import Profile, ProfileBuilder, merge_profiles
 
 
@@ -25,16 +25,14 @@ def read_log_file(path: str | os.PathLike, limit: int = LIMIT_BYTES, rules: LogR
                   ) -> tuple[list[Line], dict[str, Any]]:
     """The kept lines of a log file and its source entry (lines / bytes read, kept, dropped), streamed."""
     rules = rules or load_log_rules()
-    keep = BoundedLines(limit, keep=rules.wanted)
-    sp = LineSplitter("file")
+    keep = BoundedStream("file", limit, rules.anchors, rules.wanted)
     for chunk in stream_chunks(path):
-        keep.extend(sp.feed(chunk))
-    keep.extend(sp.close())
-    if not sp.bytes:
+        keep.feed(chunk)
+    if not keep.bytes:
         raise BadInput(f"{path}: empty file (no log lines)")
     lines = keep.lines()
-    src = {"stream": "file", "file": str(path), "lines": keep.seen, "bytes": sp.bytes, "kept": len(lines),
-           "dropped": keep.dropped}
+    src = {"stream": "file", "file": str(path), "lines": keep.total_lines, "bytes": keep.bytes, "kept": len(lines),
+           "dropped": keep.dropped(len(lines))}
     return lines, src
 
 
