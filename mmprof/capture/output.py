@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from mmprof.capture.command import closed_at_start
+from mmprof.importers.logs import log_profile, pid_ranks, with_log
 from mmprof.log_text import LIMIT_BYTES, BoundedStream, Line, merge_streams
 
 READ_CHUNK = 65536
@@ -236,6 +237,23 @@ class OutputCapture:
                         "kept": counts.get(k.stream, 0), "dropped": k.dropped(counts.get(k.stream, 0)),
                         "unsearched": k.unsearched, "terminal": k.stream in terminal} for k in keeps]
         return lines, sources
+
+
+    def attach(self, profile, warnings: list[str]):
+        """(the profile with the kept output as its log, a summary of what was kept); lines of a captured process
+        get its rank by pid. What went wrong on the way (a reader gone, a backlog dropped) is added to `warnings`."""
+        lines, sources = self.snapshot()
+        summary = {"streams": sources, "kept": len(lines), "limit_bytes": self.limit}
+        if self.broken:
+            warnings.append(f"the reader of mmprof's {' and '.join(self.broken)} went away: the command's was closed "
+                            "too (as without record); the log holds what came before")
+        lost = sum(s.get("unsearched", 0) for s in sources)
+        if lost:
+            warnings.append(f"the command printed faster than its log could be searched: {lost:,} bytes of the "
+                            "middle of its output were not searched for log facts (the head and tail are kept)")
+        if not lines:
+            return profile, summary
+        return with_log(profile, log_profile(lines, sources, pid_ranks(profile), limit=self.limit)), summary
 
 
 def _copy_winsize(src: int, dst: int) -> None:

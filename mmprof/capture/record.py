@@ -29,7 +29,6 @@ from mmprof.capture.session import DEFAULT_STEP_MARKERS, MODES, TRACE_SUFFIX, co
 from mmprof.errors import BadInput, CaptureUnavailable, MmprofError
 from mmprof.fileio import check_output, note_input
 from mmprof.importers import import_paths
-from mmprof.importers.logs import log_profile, pid_ranks, with_log
 from mmprof.log_rules import load_log_rules
 from mmprof.log_text import LIMIT_BYTES
 from mmprof.labels import MAX_RANK
@@ -455,22 +454,6 @@ def _nothing_captured(procs: list[ProcessCapture], result: RecordResult) -> str:
     return f"nothing captured: {len(procs)} process(es) started a capture but none left usable data{rc}"
 
 
-def keep_log(profile, output: OutputCapture, result: RecordResult):
-    """The profile with the command's output as its log (lines of a captured process get its rank by pid)."""
-    lines, sources = output.snapshot()
-    result.log = {"streams": sources, "kept": len(lines), "limit_bytes": output.limit}
-    if output.broken:
-        result.warnings.append(f"the reader of mmprof's {' and '.join(output.broken)} went away: the command's "
-                               "was closed too (as without record); the log holds what came before")
-    lost = sum(s.get("unsearched", 0) for s in sources)
-    if lost:
-        result.warnings.append(f"the command printed faster than its log could be searched: {lost:,} bytes of the "
-                               "middle of its output were not searched for log facts (the head and tail are kept)")
-    if not lines:
-        return profile
-    return with_log(profile, log_profile(lines, sources, pid_ranks(profile), limit=output.limit))
-
-
 def protect_command_files(cmd: list[str]) -> None:
     """Register every file the wrapped command names (its program, its script, `--opt=FILE` values) as an input
     of this command: the output guard (mmprof.fileio.check_output) then refuses `-o` onto any of them."""
@@ -525,7 +508,7 @@ def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "tor
     result.warnings.extend(warns)
     profile = build_profile(procs, result, progress)
     if output is not None:
-        profile = keep_log(profile, output, result)
+        profile, result.log = output.attach(profile, result.warnings)
     if progress is not None:
         progress(f"writing {out_path}", len(procs), len(procs) + 1)
     save_profile(profile, out_path)
