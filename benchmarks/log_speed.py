@@ -69,7 +69,7 @@ elif what in ("tee_direct", "tee_record"):
         from mmprof.log_rules import load_log_rules
         r = load_log_rules()
         out = OutputCapture(anchors=r.anchors, wanted=r.wanted, use_pty=False)
-        assert run_command(cmd, None, out) == 0
+        assert run_command(cmd, None, output=out) == 0
         out.drain(30)
         workload_s = time.perf_counter() - t  # the command's run, all its output forwarded
         unsearched = sum(src["unsearched"] for src in out.snapshot()[1])

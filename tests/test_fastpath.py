@@ -368,7 +368,8 @@ def test_cpu_ops_without_parent_links_nest_by_time():
     """An importer that could not record op parents: nesting is inferred, so _grouped_mm's inner mm is hidden."""
     import numpy as np
 
-    from mmprof.analysis.timeline.events import events_of, infer_parents
+    from mmprof.analysis.timeline.events import events_of
+    from mmprof.analysis.timeline.op_tree import infer_parents
 
     p = runtime_profile(steps=1)
     linked = p.tables["ops"]["parent"].copy()

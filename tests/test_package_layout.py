@@ -159,3 +159,38 @@ def test_no_private_name_imported_across_modules(tmp_path):
     (pkg / "a" / "_helpers.py").write_text("def _x():\n    pass\n")
     (pkg / "a" / "b.py").write_text("from mmprof.a import _helpers\nfrom mmprof.a._helpers import _x\n")
     assert _private_imports(pkg) == ["mmprof/a/b.py:2 _x from mmprof.a._helpers"]
+
+
+def _reexports(root: Path) -> list[str]:
+    """Names a module imports from mmprof and never uses itself: kept only so that others can import them from it
+    (a re-export), which hides where a name is defined. Importing a module for its side effects (the checks
+    register themselves when `analysis/checks/fastpath.py` is imported) is not a re-export, and a package's
+    `__init__.py` is its public surface (`mmprof.profiles.load_profile`), which may name what its modules define."""
+    out = []
+    for p in sorted(root.rglob("*.py")):
+        if p.name == "__init__.py":
+            continue
+        tree = ast.parse(p.read_text(), str(p))
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == root.name):
+                continue
+            base = root.parent.joinpath(*node.module.split("."))
+            for a in node.names:
+                name = a.asname or a.name
+                module = (base / f"{a.name}.py").exists() or (base / a.name).is_dir()
+                if name not in used and not module:
+                    out.append(f"{p.relative_to(root.parent).as_posix()}:{node.lineno} {name}")
+    return out
+
+
+def test_no_module_re_exports_another_modules_names(tmp_path):
+    """A name is imported from the module that defines it (issue 29: the timeline re-exported the phases, diff
+    re-exported its verdict and set-up helpers)."""
+    assert _reexports(PKG) == []
+    pkg = tmp_path / "mmprof"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("def f():\n    pass\n")
+    (pkg / "b.py").write_text("from mmprof.a import f  # noqa: F401 (re-exported)\n")
+    (pkg / "c.py").write_text("from mmprof.a import f\n\nf()\n")
+    assert _reexports(pkg) == ["mmprof/b.py:1 f"]

@@ -139,7 +139,7 @@ def test_output_capture_passes_bytes_unchanged_and_keeps_lines(capfd):
     code = ("import sys, os; sys.stdout.write('a\\r\\nb\\x1b[1mc\\x1b[0m\\n'); sys.stdout.flush(); "
             "os.write(2, b'e\\xff\\n'); print('tail', end='')")
     out = OutputCapture(use_pty=False)
-    assert run_command([sys.executable, "-c", code], None, out) == 0
+    assert run_command([sys.executable, "-c", code], None, output=out) == 0
     assert out.drain(10)
     got = capfd.readouterr()
     assert got.out == "a\r\nb\x1b[1mc\x1b[0m\ntail"               # what the command wrote, byte for byte
@@ -154,7 +154,7 @@ def test_output_capture_passes_bytes_unchanged_and_keeps_lines(capfd):
 def test_output_capture_on_a_pty_gives_the_command_a_terminal(capfd):
     out = OutputCapture(use_pty=True)
     code = "import os, sys; print(os.isatty(1), os.isatty(2)); sys.stderr.write('err\\n')"
-    assert run_command([sys.executable, "-c", code], None, out) == 0
+    assert run_command([sys.executable, "-c", code], None, output=out) == 0
     assert out.drain(10)
     got = capfd.readouterr()
     assert got.out == "True True\n"                               # OPOST off on the pty: no \r added

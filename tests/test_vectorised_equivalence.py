@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mmprof.analysis.timeline.events import _column_codes, events_of, group_codes
+from mmprof.analysis.timeline.columns import column_codes, group_codes
+from mmprof.analysis.timeline.events import events_of
 from mmprof.analysis.ranks.imbalance import _first_rows, _group_cummax, _phase_factorize, _phases, _run_sums, _sorted_pairs
 from mmprof.analysis.timeline.phases import (NO_PHASE, event_phases, phase_codes, phase_labels, phase_mask, sorted_codes,
                                              time_order)
@@ -43,7 +44,7 @@ def test_group_codes_is_first_appearance_of_combinations(kind):
     df = pd.DataFrame({"a": a, "b": b})
     assert np.array_equal(first, df.drop_duplicates().index.to_numpy())
     assert np.array_equal(key, pd.factorize(pd.MultiIndex.from_arrays([a, pd.Series(b).fillna("<NA>")]))[0])
-    codes, k = _column_codes(b)
+    codes, k = column_codes(b)
     assert len(pd.unique(codes)) == len(pd.unique(pd.Series(b))) and codes.max() < k  # a bijection into 0..k-1
 
 

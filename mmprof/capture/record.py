@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import time
 import zlib
@@ -25,7 +26,8 @@ from typing import Any
 from mmprof.capture import backends
 from mmprof.capture.command import run_command
 from mmprof.capture.output import OutputCapture
-from mmprof.capture.session import DEFAULT_STEP_MARKERS, MODES, TRACE_SUFFIX, combine_traces
+from mmprof.capture.session import DEFAULT_STEP_MARKERS, MODES, TRACE_SUFFIX
+from mmprof.capture.tracefiles import combine_traces, read_trace, salvage_trace
 from mmprof.errors import BadInput, CaptureUnavailable, MmprofError
 from mmprof.fileio import check_output, note_input
 from mmprof.importers import import_paths
@@ -50,6 +52,7 @@ class RecordOptions:
     activities: str = "auto"        # auto | cpu
     start: str = "auto"             # auto | import | gpu
     grace_s: float = 10.0           # how long to wait for orphaned workers to finish writing after the command
+    stop_grace_s: float = 15.0      # after a stop signal: seconds before the command gets SIGTERM, then SIGKILL
     flush_every: int | None = None  # write a segment every N steps, so a process that dies keeps its earlier steps
     modules: bool = True            # a range per nn.Module call, named by the module's path (structure of any model)
     log: bool = True                # keep the command's stdout / stderr as the Profile's log (passed through unchanged)
@@ -68,6 +71,9 @@ class RecordOptions:
             raise BadInput("--flush-every must be at least 1")
         if self.log_limit < 4096:
             raise BadInput("--log-limit must be at least 4 KiB")
+        for name, v in (("--grace", self.grace_s), ("--stop-grace", self.stop_grace_s)):
+            if not (v >= 0 and v < float("inf")):  # also refuses NaN
+                raise BadInput(f"{name} must be a number of seconds, 0 or more (not {v})")
         if self.activities not in ("auto", "cpu"):
             raise BadInput(f"activities must be auto or cpu, not {self.activities!r}")
         if self.start not in ("auto", "import", "gpu"):
@@ -98,6 +104,7 @@ class ProcessCapture:
     error: str | None
     rank: int | None = None          # the rank it got in the Profile
     status: str = ""                 # complete | partial | no-data | empty | duplicate
+    loss: str | None = None          # what of its capture was lost, and why (None: nothing)
 
     @property
     def claimed_rank(self) -> int | None:
@@ -272,18 +279,9 @@ def collect(trace_dir: Path, ours=None) -> tuple[list[ProcessCapture], int, list
     for name, (d, finished) in sorted(docs.items()):
         dist = _typed(d, "dist", dict, {})
         trace = trace_dir / f"{name}{TRACE_SUFFIX}"
-        if not finished:
-            # a process that died: keep whatever segments it flushed (a closed window, light mode's first part)
-            segs = sorted((g for g in trace_dir.glob(f"{glob.escape(name)}.seg*{TRACE_SUFFIX}") if ours(g)),
-                          key=lambda p: _seg_index(p, name))
-            if segs:
-                try:
-                    combine_traces(segs, trace)
-                except (OSError, ValueError, EOFError, zlib.error, RecursionError, MemoryError) as e:
-                    warnings.append(f"{name}: its flushed segments are unreadable ({str(e)[:120]}); none kept")
-                else:
-                    for s in segs:
-                        s.unlink(missing_ok=True)
+        loss = _combine_segments(trace_dir, name, trace, ours, warnings)
+        if loss:
+            finished = False
         segs_meta = [g for g in _typed(d, "segments", list, []) if isinstance(g, dict)]
         notes = [str(n) for n in _typed(d, "notes", list, [])]
         if (not finished and d.get("state") == "done" and segs_meta and all(g.get("complete") for g in segs_meta)
@@ -302,16 +300,69 @@ def collect(trace_dir: Path, ours=None) -> tuple[list[ProcessCapture], int, list
             trace=trace if trace.exists() and ours(trace) else None, finished=finished,
             state=_typed(d, "state", str, "?"), steps_seen=max(0, _typed(d, "steps_seen", int, 0)),
             segments=segs_meta, notes=notes, error=None if err is None else str(err),
+            loss=loss or (None if finished or (trace.exists() and ours(trace)) else _why_no_data(d, segs_meta)),
         ))
     forked = len([f for f in trace_dir.glob("proc*.forked") if ours(f)])
     return procs, forked, warnings
 
 
-def _seg_index(p: Path, name: str) -> int:
+def _combine_segments(trace_dir: Path, name: str, trace: Path, ours, warnings: list[str]) -> str | None:
+    """Fold a process's segments (plain JSON, or gzip from older captures) into `trace`, reading one that was cut
+    short while being written (a hidden `.NAME.segK...` file: the process was killed during its export) as far as
+    it goes. Returns what was lost, or None."""
+    esc = glob.escape(name)
+    done = [g for g in trace_dir.glob(f"{esc}.seg*.pt.trace.json*") if ours(g) and not g.name.endswith(".tmp")]
+    cut = [g for g in trace_dir.glob(f".{esc}.seg*.pt.trace.json*") if ours(g) and not g.name.endswith(".tmp")]
+    if not done and not cut:
+        return None
+    parts = sorted([(_seg_index(g), False, g) for g in done] + [(_seg_index(g), True, g) for g in cut],
+                   key=lambda t: (t[0], t[1]))
+    loss = None
     try:
-        return int(p.name[len(name) + 4:].split(".", 1)[0])
-    except ValueError:
-        return 0
+        docs, paths = [], []
+        for k, was_cut, g in parts:
+            if was_cut:
+                doc, info = salvage_trace(g)
+                if info["complete"]:
+                    continue  # written whole, only its rename was missed
+                loss = (f"segment {k} was cut short while it was being written (the process was killed during its "
+                        f"export, e.g. by an engine's shutdown): {info['events']:,} events kept"
+                        + (f" up to ts {info['last_ts_us']:.0f} us" if info.get("last_ts_us") is not None else "")
+                        + ", the rest of that segment is lost")
+                docs.append(doc)
+            else:
+                docs.append(None)
+            paths.append(g)
+        if not paths:
+            return None
+        if any(doc is not None for doc in docs) or len(paths) > 1:
+            docs = [doc if doc is not None else read_trace(g) for doc, g in zip(docs, paths)]
+            combine_traces(paths, trace, docs=docs)
+        else:
+            combine_traces(paths, trace)
+    except (OSError, ValueError, EOFError, zlib.error, RecursionError, MemoryError) as e:
+        warnings.append(f"{name}: its segments are unreadable ({str(e)[:120]}); none kept")
+        return f"its segments are unreadable ({str(e)[:120]})"
+    for _, _, g in parts:
+        if g != trace:
+            g.unlink(missing_ok=True)
+    return loss
+
+
+def _why_no_data(d: dict[str, Any], segs: list[dict[str, Any]]) -> str:
+    """Why a process that started a capture left no trace, from its partial marker."""
+    state = d.get("state")
+    if state == "waiting":
+        return "its capture window never opened (no step seen before it ended)"
+    if not segs:
+        return "it was stopped or died before its capture started (it had imported torch, nothing ran under the profiler)"
+    return ("it was killed (SIGKILL, or a crash) while capturing, before any segment was written; a process that "
+            "is stopped with SIGTERM writes its trace first: give it time to (e.g. a longer shutdown timeout)")
+
+
+def _seg_index(p: Path) -> int:
+    m = re.search(r"\.seg(\d+)\.pt\.trace", p.name)
+    return int(m.group(1)) if m else 0
 
 
 def assign_ranks(procs: list[ProcessCapture]) -> None:
@@ -376,6 +427,8 @@ def build_profile(procs: list[ProcessCapture], result: RecordResult, progress=No
             entry["claimed"] = p.claimed_rank
         if p.error:
             entry["error"] = p.error
+        if p.loss:
+            entry["loss"] = p.loss
         if p.notes:
             entry["notes"] = p.notes
         if p.status != "empty":
@@ -390,11 +443,11 @@ def build_profile(procs: list[ProcessCapture], result: RecordResult, progress=No
     result.ranks = ranks_meta
     for e in ranks_meta:
         if e["status"] == "partial":
-            result.warnings.append(f"rank {e['rank']} (pid {e['pid']}) did not finish: its trace holds only what "
-                                   "was flushed before it died")
+            result.warnings.append(f"rank {e['rank']} (pid {e['pid']}) did not finish: "
+                                   + (e.get("loss") or "its trace holds only what was flushed before it died"))
         elif e["status"] == "no-data":
-            result.warnings.append(f"rank {e['rank']} (pid {e['pid']}) died before writing any trace "
-                                   "(killed or crashed); only its partial marker is left")
+            result.warnings.append(f"rank {e['rank']} (pid {e['pid']}) wrote no trace: "
+                                   f"{e.get('loss') or 'killed or crashed; only its partial marker is left'}")
         elif e["status"] == "duplicate":
             result.warnings.append(f"pid {e['pid']} also claimed rank {e.get('claimed', '?')}; kept as rank {e['rank']}")
         if e.get("error"):
@@ -451,7 +504,9 @@ def _nothing_captured(procs: list[ProcessCapture], result: RecordResult) -> str:
     notes = [n for p in procs for n in p.notes if "window" in n]
     if notes:
         return f"nothing captured: {notes[0]}{rc}"
-    return f"nothing captured: {len(procs)} process(es) started a capture but none left usable data{rc}"
+    why = sorted({p.loss for p in procs if p.loss})
+    return (f"nothing captured: {len(procs)} process(es) started a capture but none left usable data{rc}"
+            + (f": {'; '.join(why)}" if why else ""))
 
 
 def protect_command_files(cmd: list[str]) -> None:
@@ -472,10 +527,11 @@ def protect_command_files(cmd: list[str]) -> None:
 
 # -- the whole thing ------------------------------------------------------------------------------
 def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "torch", opts: RecordOptions | None = None,
-           trace_dir: str | os.PathLike | None = None, progress=None):
+           trace_dir: str | os.PathLike | None = None, progress=None, say=None):
     """Run `cmd` under capture and save the merged Profile at `out`. Returns (RecordResult, Profile).
 
-    `progress(stage, done, total)` hears about the import and merge after the command ended (never during it).
+    `progress(stage, done, total)` hears about the import and merge after the command ended (never during it);
+    `say(text)` hears, while it runs, that a command which did not stop after a stop signal is being ended.
     `result.exit_code` is the command's exit code, unchanged. When the command ran but nothing usable was
     captured, a CaptureUnavailable (naming the command's exit code) is raised after the command finished,
     so its output is never lost.
@@ -497,7 +553,7 @@ def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "tor
     rules = load_log_rules() if opts.log else None
     output = OutputCapture(opts.log_limit, rules.anchors, rules.wanted) if rules is not None else None
     try:
-        result.exit_code = run_command(cmd, env, output)
+        result.exit_code = run_command(cmd, env, stop_grace_s=opts.stop_grace_s, say=say, output=output)
         wait_for_stragglers(tdir, opts.grace_s, ours)
     finally:
         if output is not None:

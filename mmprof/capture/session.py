@@ -12,8 +12,12 @@ A `CaptureSession` owns one process's capture:
   the next N, and exports as soon as the window closes (so a later crash does not lose it). A *step* ends when
   the program calls `session.step()`, or when an outermost `record_function` range whose name matches one of
   `step_markers` exits (see `install_marker_hook`), e.g. ``mmprof.step.*`` or ``ProfilerStep#*``.
-- **export**: each profiler start/stop is one segment written atomically as a gzipped Chrome trace; `export()`
-  combines the segments into ``<name>.pt.trace.json.gz`` and writes ``<name>.meta.json`` next to it.
+- **export**: each profiler start/stop is one segment, written by Kineto as plain JSON under a hidden name and
+  renamed into place (the fastest way out of a process that is being stopped: no gzip in the dying process);
+  `export()` writes ``<name>.meta.json`` and, unless the session leaves that to `mmprof record`
+  (`combine=False`), combines the segments into ``<name>.pt.trace.json.gz``.
+- **signals**: a transition (start, a step's segment switch, export) is never interrupted half-way by the
+  record hook's SIGTERM handler: a signal that arrives during one is acted on when it ends (`deferred_signal`).
 - **threads**: torch.profiler can only be stopped by the thread that started it (another thread's stop
   segfaults), so transitions counted on another thread wait for the starting thread, and `export()` from
   another thread raises instead of stopping the profiler.
@@ -67,6 +71,7 @@ DEFAULT_STEP_MARKERS: tuple[str, ...] = (
 )
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
+SEGMENT_SUFFIX = ".pt.trace.json"  # plain JSON: Kineto writes it directly, no gzip in the captured process
 MODES = ("full", "light", "kernels")
 
 
@@ -133,6 +138,7 @@ class CaptureSession:
         extra_meta: dict[str, Any] | None = None,
         flush_every: int | None = None,
         quiet: bool = False,
+        combine: bool = True,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"capture mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -151,6 +157,10 @@ class CaptureSession:
         self.marker_re = compile_markers(self.step_markers)
         self.activities = activities
         self.quiet = quiet  # drop Kineto's USDT/STAGE log lines (every other line is passed on)
+        self.combine = combine  # export() combines the segments itself (mmprof run); record's collect does it otherwise
+        self._transitions = 0          # > 0 while start / step / export is changing the profiler's state
+        self.deferred_signal: int | None = None  # a stop signal that arrived during a transition
+        self.on_deferred_signal = None  # callable(signum), run when the transition that deferred a signal ends
         self.pid = os.getpid()
         self.name = name or process_name(rank, self.pid)
         self.extra_meta = dict(extra_meta or {})
@@ -183,7 +193,25 @@ class CaptureSession:
         return self.out_dir / f"{self.name}.meta.json"
 
     def segment_path(self, k: int) -> Path:
-        return self.out_dir / f"{self.name}.seg{k}{TRACE_SUFFIX}"
+        return self.out_dir / f"{self.name}.seg{k}{SEGMENT_SUFFIX}"
+
+    # -- transitions and signals ----------------------------------------------------------------
+    @property
+    def in_transition(self) -> bool:
+        return self._transitions > 0
+
+    @contextlib.contextmanager
+    def _transition(self):
+        """Hold the lock while the profiler's state changes; a stop signal deferred meanwhile is acted on after."""
+        with self._lock:
+            self._transitions += 1
+            try:
+                yield
+            finally:
+                self._transitions -= 1
+        if self._transitions == 0 and self.deferred_signal is not None and self.on_deferred_signal is not None:
+            signum, self.deferred_signal = self.deferred_signal, None
+            self.on_deferred_signal(signum)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def __enter__(self) -> "CaptureSession":
@@ -197,7 +225,7 @@ class CaptureSession:
 
     def start(self) -> None:
         """Write the partial marker and start capturing (or wait for the first `skip` steps)."""
-        with self._lock:
+        with self._transition():
             if self.state != "new" or self._exported:
                 return
             self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -217,7 +245,7 @@ class CaptureSession:
         Otherwise the transition waits for `safe_point()`, which the marker hook calls when the last range
         closes. Without `can_switch` (code calling step() itself between steps) every call is a safe point.
         """
-        with self._lock:
+        with self._transition():
             self._note_dist()
             self.steps_seen += 1
             if self.state in ("new", "done", "yielded"):
@@ -229,7 +257,7 @@ class CaptureSession:
 
     def safe_point(self) -> None:
         """No range is open any more: carry out a transition that step() had to defer."""
-        with self._lock:
+        with self._transition():
             if self._pending and self.state in ("waiting", "capturing") and self._on_prof_thread():
                 self._pending = False
                 self._advance()
@@ -264,7 +292,7 @@ class CaptureSession:
 
     def yield_to_program(self, why: str) -> None:
         """The program started its own profiler: stop ours (keeping what we have) so theirs can run."""
-        with self._lock:
+        with self._transition():
             if self.state == "capturing":
                 self._end_segment()
             if self.state not in ("done",):
@@ -275,10 +303,11 @@ class CaptureSession:
     def export(self) -> Path | None:
         """Stop capturing, combine the segments into one trace, write the meta file, remove the marker.
 
-        Returns the trace path, or None when nothing was captured (the window never opened). Only the first
-        call does anything: a process can reach several exit paths (os._exit, atexit, a signal handler).
+        Returns the trace path (None when nothing was captured, or when `combine` is off: then the meta file lists
+        the segments for `mmprof record` to combine). Only the first call does anything: a process can reach
+        several exit paths (os._exit, atexit, a signal handler).
         """
-        with self._lock:
+        with self._transition():
             if self._exported:
                 return self.trace_path
             if not self._on_prof_thread():
@@ -289,9 +318,9 @@ class CaptureSession:
                     self.write_marker()
                 raise RuntimeError(msg)
             self._exported = True
-            if self.state == "capturing":
+            if self._prof is not None:  # capturing, or stopped by a signal while the capture was starting
                 self._end_segment()
-            if self.state == "new":
+            if self.state == "new" and not self.segments:
                 torch_hooks.remove_session(self)
                 return self.trace_path
             if self.steps is not None and self.state in ("waiting", "capturing", "done"):
@@ -306,7 +335,7 @@ class CaptureSession:
                                   "for the whole capture")
             self.state = "done"
             files = [Path(s["file"]) for s in self.segments if Path(s["file"]).exists()]
-            if files:
+            if files and self.combine:
                 final = self.out_dir / f"{self.name}{TRACE_SUFFIX}"
                 tracefiles.combine_traces(files, final)
                 for f in files:
@@ -408,7 +437,7 @@ class CaptureSession:
         with _kineto_log_filtered(self.quiet):
             prof.stop()
         path = Path(seg["file"])
-        tmp = path.with_name(f".{path.name}")  # hidden while written; ends in .gz so torch gzips it
+        tmp = path.with_name(f".{path.name}")  # hidden while written; plain JSON, written by Kineto itself
         prof.export_chrome_trace(str(tmp))
         os.replace(tmp, path)
         seg.update(complete=True, last_step=self.steps_seen, stopped=time.time())
@@ -424,21 +453,34 @@ def _kineto_log_filtered(active: bool):
         return
     import tempfile
 
-    sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):  # the program closed its stderr: nothing to filter, nothing to pass on
+        pass
+    try:
+        saved = os.dup(2)
+    except OSError:  # fd 2 is closed: Kineto's lines go nowhere anyway
+        yield
+        return
     with tempfile.TemporaryFile() as tmp:
         os.dup2(tmp.fileno(), 2)
         try:
             yield
         finally:
-            sys.stderr.flush()
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
             os.dup2(saved, 2)
             os.close(saved)
             tmp.seek(0)
             kept = [ln for ln in tmp.read().decode(errors="replace").splitlines(True)
                     if not ln.startswith(("USDT:", "STAGE:"))]
             if kept:
-                sys.stderr.write("".join(kept))
+                try:
+                    sys.stderr.write("".join(kept))
+                except (OSError, ValueError):
+                    pass
 
 
 def gpu_available() -> bool:

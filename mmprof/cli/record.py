@@ -46,11 +46,14 @@ from mmprof.render.text.record import render_record
 @click.option("--trace-dir", default=None, help="Where per-process traces go (default: OUT's name + .traces).")
 @click.option("--grace", type=float, default=10.0, show_default=True,
               help="Seconds to wait for workers that outlive the command to finish writing.")
+@click.option("--stop-grace", type=float, default=15.0, show_default=True, metavar="SECONDS",
+              help="After Ctrl-C or SIGTERM: how long the command gets to stop before mmprof sends it SIGTERM, "
+                   "and as long again before SIGKILL (a second Ctrl-C skips the wait); what was captured is kept.")
 @click.option("--json", "as_json", is_flag=True, help="Print the record result as JSON on stdout at the end.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def record(ctx, out, backend, steps, skip, markers, flush_every, light, kernels_only, cpu_only, no_modules, start,
-           no_log, log_limit, trace_dir, grace, as_json, cmd):
+           no_log, log_limit, trace_dir, grace, stop_grace, as_json, cmd):
     """Run CMD unchanged and capture every Python process it starts (torchrun ranks, spawn workers).
 
     Its output and exit code pass through; the per-rank traces are merged into one Profile at OUT, with the
@@ -65,11 +68,13 @@ def record(ctx, out, backend, steps, skip, markers, flush_every, light, kernels_
     opts = RecordOptions(mode="kernels" if kernels_only else "light" if light else "full", steps=steps, skip=skip,
                          step_markers=tuple(markers) or DEFAULT_STEP_MARKERS,
                          activities="cpu" if cpu_only else "auto", start=start, grace_s=grace,
-                         flush_every=flush_every, modules=not no_modules, log=not no_log,
+                         stop_grace_s=stop_grace, flush_every=flush_every, modules=not no_modules, log=not no_log,
                          log_limit=parse_size(log_limit, "--log-limit"))
     # a failure raises an MmprofError: the command (if it ran) already printed its output; main() prints one line
     with progress_bar() as cb:  # starts after the command: only the import and merge show a bar
-        result, _profile = do_record(list(cmd), out, backend=backend, opts=opts, trace_dir=trace_dir, progress=cb)
+        result, _profile = do_record(list(cmd), out, backend=backend, opts=opts, trace_dir=trace_dir, progress=cb,
+                                     say=lambda text: console(stderr=True).print(f"mmprof: {text}", markup=False,
+                                                                                 highlight=False))
     render_record(result, console(stderr=True))
     if as_json:
         echo_json(result.to_dict())

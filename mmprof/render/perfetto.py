@@ -40,7 +40,8 @@ import numpy as np
 import orjson
 
 from mmprof._version import __version__
-from mmprof.analysis.timeline.events import TABLE_KERNELS, TABLE_MEMCPY, EventFrame, events_of
+from mmprof.analysis.timeline.columns import TABLE_KERNELS, TABLE_MEMCPY
+from mmprof.analysis.timeline.events import EventFrame, events_of
 from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY
 from mmprof.errors import BadInput, NoEvidence
 from mmprof.fileio import atomic_output

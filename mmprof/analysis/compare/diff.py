@@ -29,7 +29,8 @@ from mmprof.analysis.compare.verdict import StepMove, step_moves, verdict_line
 from mmprof.analysis.ranks.imbalance import rank_analysis
 from mmprof.analysis.timeline.breakdown import CATEGORIES, LABELS, StepStats, TimelineResult, timeline
 from mmprof.analysis.timeline.engine_steps import describe, engine_steps
-from mmprof.analysis.timeline.events import EventFrame, events_of, group_codes
+from mmprof.analysis.timeline.columns import group_codes
+from mmprof.analysis.timeline.events import EventFrame, events_of
 from mmprof.analysis.timeline.phases import NO_PHASE, event_phases, phase_mask
 from mmprof.errors import NoEvidence
 from mmprof.labels import is_marker, module_event

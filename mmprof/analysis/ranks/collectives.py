@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.timeline.events import TABLE_KERNELS, TABLE_OPS
+from mmprof.analysis.timeline.columns import TABLE_KERNELS, TABLE_OPS
 from mmprof.hardware import LinkPeak, profile_links
 from mmprof.units import fmt_ns
 

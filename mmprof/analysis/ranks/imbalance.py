@@ -24,7 +24,8 @@ import pandas as pd
 
 from mmprof.analysis.ranks.collectives import CollectiveStat, align_calls, collective_stats
 from mmprof.analysis.timeline.engine_steps import describe, engine_steps
-from mmprof.analysis.timeline.events import CAT_COMM, events_of, group_codes
+from mmprof.analysis.timeline.columns import CAT_COMM, group_codes
+from mmprof.analysis.timeline.events import events_of
 from mmprof.analysis.timeline.phases import event_phases, phase_labels
 from mmprof.errors import NoEvidence
 from mmprof.units import fmt_ns

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from mmprof.analysis.timeline.events import infer_parents
+from mmprof.analysis.timeline.op_tree import infer_parents
 from mmprof.analysis.shapes.gemm_calls import ATTN_OPS, GEMM_OPS, canonical
 from mmprof.analysis.shapes.problems import LayerProblems, Problem, head_problems, rank_problems
 from mmprof.analysis.attribution.structure import Regions

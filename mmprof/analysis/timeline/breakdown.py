@@ -52,8 +52,9 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.timeline.engine_steps import engine_steps
-from mmprof.analysis.timeline.events import CAT_COMM, EventFrame, codes, events_of
-from mmprof.analysis.timeline.phases import NO_PHASE, event_phase_codes, sorted_codes, time_order
+from mmprof.analysis.timeline.columns import CAT_COMM, codes
+from mmprof.analysis.timeline.events import EventFrame, events_of
+from mmprof.analysis.timeline.phases import event_phase_codes, sorted_codes, time_order
 from mmprof.errors import NoEvidence
 
 CATEGORIES = ("compute_bound", "memory_bound", "unattributed", "communication", "memcpy", "idle_host", "idle_other",

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.timeline.events import EventFrame, codes
+from mmprof.analysis.timeline.columns import codes
+from mmprof.analysis.timeline.events import EventFrame
 
 NO_PHASE = "all"
 

@@ -22,7 +22,8 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from mmprof.analysis.timeline.events import CAT_COMM, CAT_MEMCPY, call_ids, events_of
+from mmprof.analysis.timeline.columns import call_ids, CAT_COMM, CAT_MEMCPY
+from mmprof.analysis.timeline.events import events_of
 from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY
 from mmprof.analysis.timeline.phases import phase_labels
 from mmprof.errors import NoEvidence

@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from mmprof.analysis.timeline.events import TABLE_KERNELS, EventFrame
+from mmprof.analysis.timeline.columns import TABLE_KERNELS
+from mmprof.analysis.timeline.events import EventFrame
 
 SOURCES = ("capture", "eager", "ref")
 
@@ -108,7 +109,7 @@ def graph_summary(profile: Any, ev: EventFrame, rank: int | None = None) -> Grap
     has = np.asarray(ev.region[g] != None)  # noqa: E711
     srcs = np.asarray(ev.label_source[g], dtype=object)
     region_ns: dict[str, int] = {}
-    for s in {x for x in srcs[has].tolist()}:
+    for s in sorted({str(x) for x in srcs[has].tolist()}):  # sorted: the same JSON on every run
         region_ns[str(s)] = int(dur[has & (srcs == s)].sum())
     all_has = np.asarray(ev.region[k] != None)  # noqa: E711
     al = getattr(ev, "graph_align", None)

@@ -16,7 +16,8 @@ import pandas as pd
 
 from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.timeline.engine_steps import describe, engine_steps
-from mmprof.analysis.timeline.events import CAT_COMM, CAT_MEMCPY, EventFrame, events_of
+from mmprof.analysis.timeline.columns import CAT_COMM, CAT_MEMCPY
+from mmprof.analysis.timeline.events import EventFrame, events_of
 from mmprof.analysis.views.graph_summary import GraphSummary, graph_summary
 from mmprof.analysis.timeline.launch_queue import LAUNCH_BOUND_SHARE, LaunchStats, launch_analysis
 from mmprof.analysis.ranks.imbalance import rank_analysis

@@ -10,11 +10,14 @@ It does nothing unless MMPROF_RECORD_DIR is set. Then it:
 3. once torch is imported, creates a `CaptureSession` named from RANK / LOCAL_RANK / WORLD_SIZE, and starts it
    at once (CPU builds, or MMPROF_RECORD_START=import) or when the program first initialises the GPU (GPU
    builds: so mmprof never initialises CUDA in a parent that later forks, and GPU-less helpers stay light);
-4. exports on normal exit (atexit), on SIGTERM (then re-raises the signal with the default action) and on
+4. exports on normal exit (atexit), on SIGTERM (then re-raises the signal with the default action; a SIGTERM that
+   arrives while the capture is starting or switching segments is acted on right after) and on
    `os._exit` (wrapped while the hook is armed: torchrun entry points that skip interpreter clean-up, and every
    multiprocessing *fork* worker, end that way, and neither runs atexit). SIGINT raises KeyboardInterrupt as
    usual, so atexit covers it. A process that dies without running any of these (SIGKILL, a segfault) leaves
-   its `<name>.partial` marker, plus any window/segment already flushed to disk.
+   its `<name>.partial` marker, plus any window/segment already flushed to disk; a segment cut short while it was
+   being written is read as far as it goes by `mmprof record`. Segments are plain JSON written by Kineto itself
+   (no gzip here: an engine that stops its workers gives them only seconds), compressed by `mmprof record`.
 
 Every failure is caught and reported once on stderr with a `[mmprof]` prefix: the hook never breaks a program.
 The session module is loaded by file path, so the hook works in any Python that has torch, even one where
@@ -171,6 +174,7 @@ def _on_torch() -> None:
             activities=os.environ.get("MMPROF_RECORD_ACTIVITIES", "auto"),
             flush_every=_int_env("MMPROF_RECORD_FLUSH_EVERY"),
             quiet=os.environ.get("MMPROF_RECORD_KINETO_LOG", "0") != "1",  # Kineto's USDT/STAGE lines hidden
+            combine=False,  # segments stay plain JSON; `mmprof record` combines and compresses them afterwards
         )
         _state["session"] = session
         mod.install_hooks(session)
@@ -211,6 +215,20 @@ def _finish(reason: str | None = None) -> None:
         s.export()
     except Exception as e:
         _log(f"could not write the trace of pid {os.getpid()}: {e!r}")
+        _stop_profiler(s)
+
+
+def _stop_profiler(s) -> None:
+    """Last resort after a failed export: never leave torch.profiler running into interpreter shutdown (torch
+    crashes with SIGSEGV there, which would change how the program ends)."""
+    prof = getattr(s, "_prof", None)
+    if prof is None:
+        return
+    s._prof = None
+    try:
+        prof.stop()
+    except Exception:
+        pass
 
 
 def _finish_at_os_exit(code) -> None:
@@ -257,13 +275,23 @@ def _install_exit_handlers(session) -> None:
 
     atexit.register(_finish)
 
-    def _on_sigterm(signum, frame):
+    def _die_of(signum):
         _finish(f"stopped by signal {signum}")
         try:
             signal.signal(signum, signal.SIG_DFL)
         except Exception:
             pass
         os.kill(os.getpid(), signum)
+
+    def _on_sigterm(signum, frame):
+        cur = _state["session"]
+        if cur is not None and cur.pid == os.getpid() and cur.in_transition:
+            # the profiler is being started or switched on this very thread: finish that first (an export now
+            # would see half a state), then write the trace and die of the signal
+            cur.deferred_signal = signum
+            cur.on_deferred_signal = _die_of
+            return
+        _die_of(signum)
 
     try:
         import threading
