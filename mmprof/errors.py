@@ -30,3 +30,8 @@ class NoEvidence(MmprofError):
 
 class CaptureUnavailable(MmprofError):
     """A capture backend or tool is not installed here (rocprofv3, nsys, a GPU)."""
+
+
+class NotComparable(MmprofError):
+    """Two inputs that a comparison would mislead on: the same trace twice, two different models (`--force`
+    compares them anyway)."""

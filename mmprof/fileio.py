@@ -192,6 +192,55 @@ def read_bytes(path: str | os.PathLike, watch=None) -> bytes:
     return data
 
 
+def iter_bytes(path: str | os.PathLike, watch=None, chunk: int = 16 * 2**20) -> Iterator[bytes]:
+    """The file's (decompressed) bytes in chunks of about `chunk` bytes, within the same limits as `read_bytes`
+    (input size, gzip expansion) checked as they are read; `watch(chunk, gzipped)` sees each chunk. A UTF-8 BOM
+    before the content is dropped. For readers that never hold the whole content (the streaming Kineto import)."""
+    p = Path(path)
+    st = _regular(p)
+    note_input(p)
+    limit = max_input_bytes()
+    first = True
+    try:
+        with open(p, "rb") as f:
+            kind = _compressed(f.read(6))
+            f.seek(0)
+            ratio = kind is not None and not os.environ.get(ENV_MAX_BYTES)
+            cap = limit
+            if ratio:
+                ratio_cap = max(GZIP_RATIO_FLOOR, GZIP_RATIO * st.st_size)
+                cap = ratio_cap if cap is None else min(cap, ratio_cap)
+            src = _decompressor(f, kind) if kind else contextlib.nullcontext(f)
+            total = 0
+            with src as g:
+                while True:
+                    b = g.read(chunk)
+                    if not b:
+                        break
+                    total += len(b)
+                    if cap is not None and total > cap:
+                        if kind is None or (limit is not None and cap == limit):
+                            raise _too_big(p, limit, kind is not None)
+                        raise BadInput(f"{p}: gzip expands more than {GZIP_RATIO}x its size (beyond "
+                                       f"{GZIP_RATIO_FLOOR // 2**20} MiB): a decompression bomb, or an unusual file; "
+                                       f"set {ENV_MAX_BYTES}=SIZE (or mmprof --max-input-bytes SIZE, 0 for no limit) "
+                                       "to read it anyway")
+                    if first:
+                        b = b.removeprefix(UTF8_BOM)
+                        first = False
+                    if watch is not None:
+                        watch(b, kind is not None)
+                    yield b
+    except (EOFError, zlib.error, lzma.LZMAError) as e:
+        raise BadInput(f"{p}: truncated or corrupt {kind} ({e}); re-copy the file or re-run the capture") from None
+    except OSError as e:
+        if kind:
+            raise BadInput(f"{p}: truncated or corrupt {kind} ({e}); re-copy the file or re-run the capture") from None
+        raise BadInput(f"{p}: cannot read: {e.strerror or e}") from None
+    if first:
+        raise BadInput(f"{p}: empty file")
+
+
 def _gunzip(p: Path, f, limit: int | None, size: int, watch=None, kind: str = "gzip") -> bytes:
     """Decompress (gzip, or xz) within the limits, checked while streaming (never after): the byte limit, and the
     expansion ratio against the compressed bytes read so far, so a bomb stops at GZIP_RATIO_FLOOR, not at its end."""

@@ -60,6 +60,7 @@ class AttentionShape:
     index_head_dim: int = 0
     context: int = 0  # keys each query can see at the end of the phase
     attended: int = 0  # keys actually read per query (selected blocks on sparse layers)
+    v_head_dim: int = 0  # the value head dim when it differs from head_dim (MLA); 0: head_dim
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -147,6 +148,8 @@ class ShapesResult:
     findings: list[Finding] = field(default_factory=list)
     comparison: Comparison | None = None  # for --live / --profile
     notes: list[str] = field(default_factory=list)
+    layout: str = "runtime"  # the engine layout of the shapes (rules/layouts.toml): runtime, vllm-cuda, ...
+    engine: dict[str, Any] = field(default_factory=dict)  # --profile: the engine that wrote the trace, and why
 
     def rank_groups(self) -> list[list[int]]:
         """Ranks whose shapes are identical, grouped (first-seen order)."""
@@ -160,12 +163,12 @@ class ShapesResult:
         return any(f.severity == "error" for f in self.findings)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "tp": self.tp, "ep": self.ep, "dtype": self.dtype,
+        return {"model": self.model, "layout": self.layout, "tp": self.tp, "ep": self.ep, "dtype": self.dtype,
                 "workload": self.workload.to_dict(), "rank_groups": self.rank_groups(),
                 "ranks": [r.to_dict() for r in self.ranks],
                 "findings": [f.to_dict() for f in self.findings],
                 "comparison": self.comparison.to_dict() if self.comparison is not None else None,
-                "notes": self.notes, "config": self.config}
+                "notes": self.notes, "config": self.config, "engine": self.engine}
 
 
 @dataclass

@@ -86,3 +86,20 @@ def fmt_si(x: float | None, unit: str = "") -> str:
             num = f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
             return f"{num} {prefix}{unit}".rstrip()
     return f"{x:g}"  # pragma: no cover
+
+
+def fmt_ns_pair(a: float | None, b: float | None) -> tuple[str, str]:
+    """Two durations in one unit, so a before -> after pair reads like for like: the unit of the smaller non-zero
+    one (of the larger where they are more than 100x apart): (742_700, 1_090_000) -> ('742.7 us', '1,090.0 us');
+    a None side is '-'."""
+    vals = [abs(v) for v in (a, b) if v is not None and v == v]
+    if not vals:
+        return "-", "-"
+    nz = [v for v in vals if v > 0]
+    ref = (min(nz) if max(nz) <= 100 * min(nz) else max(nz)) if nz else 0.0
+    div, unit, nd = ((1e9, "s", 2) if ref >= 1e9 else (1e6, "ms", 2) if ref >= 1e6 else (1e3, "us", 1) if ref >= 1e3
+                     else (1.0, "ns", 0))
+
+    def one(v):
+        return "-" if v is None or v != v else f"{v / div:,.{nd}f} {unit}"
+    return one(a), one(b)

@@ -97,6 +97,18 @@ def sql_rows(path: Path, sql: str) -> list[tuple]:
         con.close()
 
 
+def run_main(args: list[str], capsys) -> tuple[int, str, str]:
+    """`mmprof ARGS` in-process: (exit code, stdout, stderr). For new tests; older files keep their own helper."""
+    import pytest
+
+    from mmprof.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    cap = capsys.readouterr()
+    return e.value.code, cap.out, cap.err
+
+
 def pytest_collection_modifyitems(config, items):
     try:
         import torch

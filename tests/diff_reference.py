@@ -41,7 +41,7 @@ def _work(side, phase, rank):
     for c in ("family", "variant", "library"):
         if not isinstance(df[c].dtype, pd.CategoricalDtype):
             df[c] = df[c].astype("category")
-    return df, int(df.loc[df["step"] >= 0, "step"].nunique())
+    return df, int(df.loc[df["step"] >= 0, "step"].nunique()) * max(int(len(np.unique(ev.rank[idx]))), 1)
 
 
 def _agg(df, keys, norm):

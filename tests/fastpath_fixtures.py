@@ -57,6 +57,7 @@ class Config:
     n_experts: int = 4
     experts: str = "grouped_mm"  # grouped_mm | grouped_bmm | loop (what ran)
     experts_requested: str | None = None  # defaults to `experts`
+    experts_by_step: dict[int, str] = field(default_factory=dict)  # steps whose experts ran otherwise (coverage tests)
     shared: str = "fused"  # fused | separate
     block_reuse: int = 2
     attn_math: bool = False  # unfused SDPA fallback
@@ -153,10 +154,11 @@ def runtime_profile(**kw: Any) -> Profile:
             emit(step, phase, f"{L}.moe.router", "aten::topk", [names["topk"]])
             R = f"{L}.moe.routed"
             emit(step, phase, R, "aten::index_select", [names["gather"]])
-            if cfg.experts == "grouped_mm":
+            experts = cfg.experts_by_step.get(step, cfg.experts)
+            if experts == "grouped_mm":
                 for _ in range(2):
                     emit(step, phase, R, "aten::_grouped_mm", [names["grouped"]], ["aten::mm"] * cfg.n_experts)
-            elif cfg.experts == "grouped_bmm":
+            elif experts == "grouped_bmm":
                 for _ in range(2):
                     emit(step, phase, R, "aten::bmm", [names["grouped"]])
             else:
@@ -166,8 +168,8 @@ def runtime_profile(**kw: Any) -> Profile:
             emit(step, phase, R, "aten::silu", [names["silu"]])
             emit(step, phase, R, "aten::index_add_", [names["gather"]])
             req = cfg.experts_requested or cfg.experts
-            dispatch(step, phase, i, "moe.experts", cfg.experts, req,
-                     None if req == cfg.experts else "torch._grouped_mm unavailable for this dtype")
+            dispatch(step, phase, i, "moe.experts", experts, req,
+                     None if req == experts else "torch._grouped_mm unavailable for this dtype")
             if cfg.shared == "separate":
                 S = f"{L}.moe.shared"
                 linear(step, phase, S)

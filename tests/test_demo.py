@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -44,7 +45,7 @@ def test_verify_fastpath_fails_before_and_passes_after(demo_result):
     before, after = demo_result.step("verify:before"), demo_result.step("verify:after")
     assert before.status == "violations" and before.exit_code == 1
     failed = {r["id"] for r in before.data["results"] if r["status"] == "fail"}
-    assert {"shared-expert-separate", "block-selection-recomputed"} <= failed
+    assert {"shared-expert-fused", "block-selection-reused"} <= failed
     assert any("loop" in r["message"] for r in before.data["results"] if r["status"] == "fail")
     assert after.status == "ok" and after.exit_code == 0 and after.data["status"] == "pass"
 
@@ -73,8 +74,10 @@ def test_render_tells_the_story(demo_result, capsys):
     assert "loop / separate / K=1" in flat and "grouped / fused / K=4" in flat
     assert "speed-up after/before" in flat
     assert "before: FAIL (exit 1)" in flat and "after: PASS (exit 0)" in flat
-    assert "FP001 shared-expert-separate" in flat and "FP002 block-selection-recomputed" in flat
-    assert "verdict (from the profiled runs):" in flat and "kernel paths that changed" in flat
+    assert "FP001 shared-expert-fused" in flat and "FP002 block-selection-reused" in flat
+    # issue 31: which run is faster and on what evidence comes first, then the step line with its noise band
+    assert re.search(r"(after is faster|before is faster|no measurable change|not decidable), by the ", flat)
+    assert "step: median decode step" in flat and "kernel paths that changed" in flat
     assert "reuse" in flat and "SH001" in flat
     assert demo_result.runs["before"]["profile"] in flat.replace(" ", "") or "before.json.gz" in flat
     json.dumps(demo_result.to_dict())  # --json output is serialisable
@@ -108,6 +111,29 @@ def test_demo_cli_end_to_end(tmp_path, capsys):
     st = {s["name"]: s for s in doc["steps"]}
     assert st["verify:before"]["exit_code"] == 1 and st["verify:after"]["exit_code"] == 0
     assert st["diff"]["data"]["verdict"]
+
+
+def test_the_demo_diff_never_contradicts_itself(demo_result):
+    """Issue 31: on a busy machine the demo said the fast run was slower (+101%..+503%) with no caveat, and a
+    median step sat above mean per-step categories. Now: the per-step parts are means of the same steps as the mean
+    step they add up to; a profiled direction that the plain timing contradicts gets its own line; a change inside
+    its noise band claims no direction."""
+    d = demo_result.step("diff").data
+    ans = {x["key"]: x["text"] for x in d["answer"]["lines"]}
+    mb = sum(m["before_ns"] for m in d["moves"])
+    ma = sum(m["after_ns"] for m in d["moves"])
+    step = next(s for s in d["steps"] if s["phase"] == "decode")
+    for total, dist in ((mb, step["before_dist"]), (ma, step["after_dist"])):
+        assert total == pytest.approx(dist["mean_ns"], rel=1e-9)     # parts add up to the mean step
+        assert all(m["before_ns"] <= step["before_dist"]["mean_ns"] * (1 + 1e-9) for m in d["moves"])
+    prof_dir = None
+    if step["change"] is not None and not step["within_noise"] and step["change"] != 0:
+        prof_dir = "after" if step["change"] < 0 else "before"
+    plain = d["plain"]
+    if plain["faster"] and prof_dir and plain["faster"] != prof_dir:
+        assert "disagree" in ans and d["answer"]["faster"] == plain["faster"]
+    if step["within_noise"] and not plain["faster"]:
+        assert d["answer"]["faster"] is None and ans["faster"].startswith("no measurable change")
 
 
 def test_one_dilation_per_run_and_the_speed_up_carries_its_noise(demo_result, capsys):

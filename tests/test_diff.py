@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from mmprof.analysis.compare.diff import diff_profiles
-from mmprof.errors import NoEvidence
+from mmprof.errors import NoEvidence, NotComparable
 from mmprof.importers import import_paths
 from mmprof.profiles import save_profile
 from tests.conftest import data_file
@@ -104,9 +104,16 @@ def test_ranks_filter_and_missing_phase():
         diff_profiles(before, after, rank=5)
 
 
-def test_identical_real_trace_has_no_changes():
+def test_identical_real_trace_is_refused_and_has_no_changes_when_forced():
+    # issue 31: a file compared with itself is refused (the same content hash), also when imported twice; with
+    # force the diff runs and says nothing changed, within noise
     p = import_paths([data_file("samples", "kineto", "sampled_rank-0.json.gz")])
-    d = diff_profiles(p, p)
+    again = import_paths([data_file("samples", "kineto", "sampled_rank-0.json.gz")])
+    with pytest.raises(NotComparable, match="same trace .* --force"):
+        diff_profiles(p, again)
+    d = diff_profiles(p, again, force=True)
+    assert d.preface[0].startswith("compared although the two inputs hold the same trace")
+    assert d.answer.faster is None
     assert d.path_changes == [] and not d.moved
     assert all(s.change == 0 for s in d.steps)
     assert all(m.delta_ns == 0 for m in d.matched)
@@ -140,7 +147,7 @@ def test_cpu_against_gpu_profile_warns():
 
     from rich.console import Console
 
-    from mmprof.render.text.report import render_diff
+    from mmprof.render.text.diff import render_diff
     buf = StringIO()
     render_diff(d, Console(file=buf, width=200, color_system=None))
     out = buf.getvalue()
@@ -151,7 +158,8 @@ def test_cpu_against_gpu_profile_warns():
 def test_verdict_names_every_bigger_move():
     # issue 25 (h200x2 eager -> graphs, batch 64): host-bound -> memory-bound named, communication 44.8% -> 3.8%
     # left out; a category that moved more points than the ones the verdict names is named too
-    from mmprof.analysis.compare.diff import CategoryChange, verdict_line
+    from mmprof.analysis.compare.result import CategoryChange
+    from mmprof.analysis.compare.verdict import verdict_line
     from mmprof.analysis.timeline.breakdown import CATEGORIES, LABELS
     share = {"idle_host": (0.40, 0.10), "memory_bound": (0.10, 0.45), "communication": (0.448, 0.038)}
     cats = [CategoryChange(c, LABELS[c], *share.get(c, (0.0, 0.0)), 0, 0) for c in CATEGORIES]
@@ -187,7 +195,7 @@ def test_html_and_markdown_escape_trace_strings():
 def test_terminal_rendering_escapes_markup():
     from rich.console import Console
 
-    from mmprof.render.text.report import render_diff
+    from mmprof.render.text.diff import render_diff
 
     s = Synth()
     s.kernel("[red]fake[/red]", 0, 50_000, op=SKINNY, scope="layers.0.attn.core")
@@ -229,7 +237,9 @@ def test_cli_diff_raw_traces_and_errors(tmp_path, capsys):
     assert json.loads(out)["source"] == ["cpu_ops", "cpu_ops"]
     rc, out, err = _cli(["diff", t, str(tmp_path / "missing.json")], capsys)
     assert rc == 2 and err.startswith("mmprof: error:") and "missing.json" in err
-    rc, _, err = _cli(["diff", t, t, "--phase", "decode"], capsys)
+    rc, _, err = _cli(["diff", t, t], capsys)          # issue 31: one line naming --force, exit 2
+    assert rc == 2 and err.count("\n") == 1 and "same trace" in err and "--force" in err
+    rc, _, err = _cli(["diff", t, t, "--phase", "decode", "--force"], capsys)
     assert rc == 2 and "no 'decode' phase" in err
 
 

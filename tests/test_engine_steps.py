@@ -210,7 +210,9 @@ def test_vllm_diff_compares_decode_steps():
     before, after = import_paths([data_file(*EAGER)]), import_paths([data_file(*GRAPHS)])
     d = diff_profiles(before, after)
     assert d.phase == "decode" and d.engine is not None
-    assert d.verdict.startswith("decode engine step ") and "per step: " in d.verdict
+    # issue 31: the verdict names the faster side and the reason: the host time per step, not the GPU work
+    assert d.verdict.startswith("decode engine step ") and "after is faster; why: GPU idle (host) time per step" \
+        in d.verdict
     s = d.step()
     # the excerpts keep 1 (eager) and 2 (graphs) decode steps of the run's 31
     assert (s.before_steps, s.after_steps) == (KEPT[EAGER[-1]] - 2, KEPT[GRAPHS[-1]] - 2) and s.after_ns < s.before_ns
@@ -361,7 +363,7 @@ def test_diff_other_phase_is_no_step_row(tmp_path):
     (tmp_path / "b").mkdir()
     b = _trace(tmp_path / "b", names, extra_before=True)
     assert "other" in timeline(a).phases                      # 20 us of set-up before the first step
-    d = diff_profiles(a, b)
+    d = diff_profiles(a, b, force=True)      # the same synthetic trace twice: refused unless forced (issue 31)
     assert [s.phase for s in d.steps] == ["prefill", "mixed", "decode"]
     assert any(n.startswith("events outside every phase") and "20.0 us busy before" in n for n in d.notes)
     assert d.verdict.startswith("decode engine step 70.0 us -> 70.0 us (+0.0%)")

@@ -34,10 +34,13 @@ def test_builtin_spec_passes_on_the_fast_configuration(device):
 
 @pytest.mark.parametrize("device", ["cpu", "nvidia", "amd"])
 @pytest.mark.parametrize("switch, codes, ids", [
-    (dict(shared="separate"), {"FP001", "FP003"}, {"shared-expert-separate", "shared-expert-fused"}),
-    (dict(experts="loop"), {"FP003", "FP004"}, {"routed-experts-grouped", "experts-dispatch-grouped", "no-expert-loop-gemms"}),
-    (dict(block_reuse=1), {"FP002"}, {"block-selection-recomputed"}),
-    (dict(experts="loop", experts_requested="grouped_mm"), {"FP003", "FP004"}, {"fast-path-missing", "routed-experts-grouped"}),
+    # each code one check (rules/checks.toml): FP007 require, FP008 dispatch, FP009 forbid; FP003 the built-in
+    (dict(shared="separate"), {"FP001", "FP008"}, {"shared-expert-fused", "shared-expert-dispatch-fused"}),
+    (dict(experts="loop"), {"FP007", "FP008", "FP009"},
+     {"routed-experts-grouped", "experts-dispatch-grouped", "no-expert-loop-gemms"}),
+    (dict(block_reuse=1), {"FP002"}, {"block-selection-reused"}),
+    (dict(experts="loop", experts_requested="grouped_mm"), {"FP003", "FP007", "FP008", "FP009"},
+     {"fast-path-taken", "routed-experts-grouped"}),
 ])
 def test_builtin_spec_fails_with_the_right_codes_when_a_switch_flips(device, switch, codes, ids):
     r = verify(runtime_profile(device=device, **switch))
@@ -70,15 +73,15 @@ def test_fp002_reports_adjacent_pairs_from_scopes_without_dispatch():
 def test_no_scopes_no_dispatch_is_no_evidence_never_pass():
     r = verify(runtime_profile(device="nvidia", scopes=False, dispatch=False))
     st = statuses(r)
-    assert st["shared-expert-separate"] == ("FP001", "no_evidence")
-    assert st["block-selection-recomputed"] == ("FP002", "no_evidence")
-    assert st["routed-experts-grouped"] == ("FP003", "no_evidence")
+    assert st["shared-expert-fused"] == ("FP001", "no_evidence")
+    assert st["block-selection-reused"] == ("FP002", "no_evidence")
+    assert st["routed-experts-grouped"] == ("FP007", "no_evidence")
     assert r.exit_code == 2 and r.status == "no_evidence"
 
 
 def test_empty_profile_is_fp000_and_exit_2():
     r = verify(empty_profile())
-    assert statuses(r)["no-evidence"] == ("FP000", "no_evidence")
+    assert statuses(r)["evidence-present"] == ("FP000", "no_evidence")
     assert r.events == 0 and r.exit_code == 2
     assert all(x.status == "no_evidence" for x in r.results)
 
@@ -251,12 +254,14 @@ def test_example_specs_parse_and_are_marked_examples(name):
 
 def test_rule_registry_is_documented():
     checks = load_info()
-    assert [c for c in checks if c.startswith("FP")] == [f"FP00{i}" for i in range(7)]
+    assert [c for c in checks if c.startswith("FP")] == [f"FP00{i}" for i in range(10)]
     assert [c for c in checks if c.startswith("SH")] == [f"SH00{i}" for i in range(1, 10)]
     doc = (ROOT / "docs" / "rules.md").read_text()
     for code, c in checks.items():
         for key in ("name", "status", "severity", "summary", "what", "why", "example", "known_problems"):
             assert getattr(c, key), f"{code} lacks {key}"
+        if code.startswith("FP"):  # no check passes on absence: each says what evidence makes it pass
+            assert c.evidence and c.formerly, f"{code} lacks evidence / formerly"
         section = doc.split(f"## {code}", 1)[1].split("\n## ", 1)[0]
         for head in ("What it does", "Why", "Example", "Known problems"):
             assert head in section, f"docs/rules.md {code} lacks {head}"
@@ -268,8 +273,8 @@ def test_h200_trace_of_the_runtime_separate_shared_expert():
 
     r = verify(import_paths([DATA / "kineto_own" / "h200_probe.json.gz"]))
     st = statuses(r)
-    assert st["shared-expert-separate"] == ("FP001", "fail")
-    assert st["routed-experts-grouped"] == ("FP003", "pass")
+    assert st["shared-expert-fused"] == ("FP001", "fail")
+    assert st["routed-experts-grouped"] == ("FP007", "pass")
     # a plain trace has no dispatch log: the default spec is the one for any runtime (no dispatch assertions)
     assert r.spec_id == "mmprof-moe-fast" and "experts-dispatch-grouped" not in st
     assert r.exit_code == 1
@@ -306,8 +311,8 @@ def _runtime_run(**switches):
 @pytest.mark.slow
 @pytest.mark.parametrize("switches, codes", [
     (dict(block_reuse=2), set()),
-    (dict(block_reuse=2, shared_expert="separate"), {"FP001", "FP003"}),
-    (dict(block_reuse=2, moe_impl="loop"), {"FP003", "FP004"}),
+    (dict(block_reuse=2, shared_expert="separate"), {"FP001", "FP008"}),
+    (dict(block_reuse=2, moe_impl="loop"), {"FP007", "FP008", "FP009"}),
     (dict(block_reuse=1), {"FP002"}),
 ])
 def test_reference_runtime_cpu_runs(switches, codes):

@@ -41,8 +41,8 @@ TRACE_COMMANDS = [
     ["report", "{in}", "--json"],
     ["classify", "{in}"],
     ["verify-fastpath", "{in}", "--junit", "{out}/j.xml"],
-    ["diff", "{in}", "{good}", "--json"],
-    ["diff", "{good}", "{in}"],
+    ["diff", "{in}", "{good}", "--json", "--force"],   # --force: a valid {in} may be the very trace {good} is
+    ["diff", "{good}", "{in}", "--force"],
     ["shapes", "--profile", "{in}", "--json"],
 ]
 SPEC_COMMANDS = [["verify-fastpath", "{good}", "--spec", "{in}", "--junit", "{out}/j.xml"],

@@ -244,15 +244,15 @@ def test_transformers_minimax_m3_tiny(tmp_path):
     assert "model.layers.1.self_attn.indexer (MiniMaxM3VLIndexer)" in names
     res = verify(p)
     st = {r.id: r.status for r in res.results}
-    assert st["shared-expert-separate"] == "fail" and st["routed-experts-grouped"] == "pass"
-    shared = next(r for r in res.results if r.id == "shared-expert-separate")
+    assert st["shared-expert-fused"] == "fail" and st["routed-experts-grouped"] == "pass"
+    shared = next(r for r in res.results if r.id == "shared-expert-fused")
     assert "layers 1" in shared.evidence[0]
     # --no-modules: no module ranges, so no structure (the user's own annotations only)
     proc, out = run_record(tmp_path, "--no-modules", cmd=[sys.executable, script("m3_transformers.py")])
     assert proc.returncode == 0, proc.stderr
     p2 = load_profile(out)
     assert not any("(" in n for n in p2.df("scopes").name.astype(str))
-    assert {r.id: r.status for r in verify(p2).results}["shared-expert-separate"] == "no_evidence"
+    assert {r.id: r.status for r in verify(p2).results}["shared-expert-fused"] == "no_evidence"
 
 
 # -- (e) the reference runtime under torchrun ----------------------------------------------------

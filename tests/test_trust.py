@@ -115,11 +115,13 @@ def test_diff_warns_first_when_the_sides_differ_in_device_vendor_or_tool():
     amd = import_paths([SAMPLES / "rocprofv3" / "rocpd" / "14_results.db"])
     nv = import_paths([SAMPLES / "kineto" / "nccl_data.json.xz"])
     res = diff_profiles(amd, nv)
-    first = res.warnings[0]
-    assert first.startswith("the two sides differ in vendor amd vs nvidia")
-    assert "device AMD Instinct MI300X vs NVIDIA A100-PG509-200" in first and "tool" in first
-    same = diff_profiles(nv, import_paths([SAMPLES / "kineto" / "nccl_data.json.xz"]))
-    assert not any("two sides differ" in w for w in same.warnings)
+    first = res.warnings[0]   # issue 31: the flags of the what-is-compared block, the device first
+    assert first.startswith("different devices (AMD Instinct MI300X") and "NVIDIA A100-PG509-200" in first
+    assert any(w.startswith("recorded by different profilers (rocprofv3 vs PyTorch profiler (Kineto))")
+               for w in res.warnings)
+    assert {r.label: r.same for r in res.compared.rows}["device"] is False
+    same = diff_profiles(nv, import_paths([SAMPLES / "kineto" / "nccl_data.json.xz"]), force=True)
+    assert not any(w.startswith(("different devices", "recorded by different")) for w in same.warnings)
 
 
 # -- one error path --------------------------------------------------------------------------------------------

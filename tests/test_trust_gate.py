@@ -138,10 +138,10 @@ def test_phase_inferred_from_embedding_ids_only_without_phases():
     """The Profile's phase column wins; the embedding rule only fills a profile that has none."""
     import pandas as pd
 
-    from mmprof.analysis.checks.context import _embedding_tokens, infer_phases
+    from mmprof.analysis.checks.steps import embedding_tokens, infer_phases
 
-    assert _embedding_tokens("[[4096, 768], [1, 256], [], []]") == 256
-    assert _embedding_tokens("[[4096, 768], [2, 1]]") == 1 and _embedding_tokens("[[5]]") is None
+    assert embedding_tokens("[[4096, 768], [1, 256], [], []]") == 256
+    assert embedding_tokens("[[4096, 768], [2, 1]]") == 1 and embedding_tokens("[[5]]") is None
     ev = pd.DataFrame({"phase": ["decode"], "rank": [0], "step": [1]})
     assert infer_phases(None, ev)[1] == "annotations"
 
@@ -175,8 +175,8 @@ def test_generic_gate_on_a_moe_model_without_sparse_attention_is_not_exit_2(trac
                           str(data_file("hf_moe", "configs", f"{cfg}.json")), "--json"], capsys)
     doc = json.loads(out)
     st = {r["code"] + ":" + r["id"]: r["status"] for r in doc["results"]}
-    assert st["FP002:block-selection-recomputed"] == "not_applicable"
-    assert st["FP001:shared-expert-separate"] == fp001
+    assert st["FP002:block-selection-reused"] == "not_applicable"
+    assert st["FP001:shared-expert-fused"] == fp001
     assert rc in (0, 1) and rc == (1 if "fail" in st.values() else 0)
     assert doc["counts"]["not_applicable"] >= 1
 

@@ -47,12 +47,12 @@ def test_violation_exits_1_and_names_the_rule(profiles, capsys, tmp_path):
     cases = [c for s in suites for c in s]
     spec_cases = {c.name: c for c in cases}
     assert len(cases) == 9  # 5 built-in checks + 4 assertions of the built-in spec
-    fp1 = spec_cases["shared-expert-separate"]
+    fp1 = spec_cases["shared-expert-fused"]
     assert fp1.classname == "mmprof-reference-fast.FP001"
     res = fp1.result
     assert len(res) == 1 and isinstance(res[0], Failure) and "FP001" in res[0].message
     assert "layers 3-7" in res[0].text
-    assert any(isinstance(r, Failure) for r in spec_cases["shared-expert-fused"].result)
+    assert any(isinstance(r, Failure) for r in spec_cases["shared-expert-dispatch-fused"].result)
     assert spec_cases["routed-experts-grouped"].is_passed
     assert sum(1 for c in cases if not c.is_passed) == 2
 
@@ -107,7 +107,7 @@ library = "SiteGrouped"
     assert rc == 2 and "library 'SiteGrouped' matches nothing" in err and "nearest" in err
     rc, out, _ = run_cli(["verify-fastpath", str(profiles["fast"]), "--spec", str(spec), "--rules", str(rules), "--json"], capsys)
     doc = json.loads(out)
-    assert rc == 1 and doc["spec"] == "site" and doc["results"][1]["code"] == "FP004"
+    assert rc == 1 and doc["spec"] == "site" and doc["results"][1]["code"] == "FP009"  # forbid (FP004 until 2026-12)
 
 
 @pytest.mark.parametrize("args, msg", [

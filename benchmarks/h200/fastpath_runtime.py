@@ -47,7 +47,8 @@ CONFIGS = {
     "loop_experts": dict(moe_impl="loop", shared_expert="fused", block_reuse=2),
     "block_reuse_1": dict(moe_impl="grouped", shared_expert="fused", block_reuse=1),
 }
-EXPECTED = {"fast": set(), "separate_shared": {"FP001", "FP003"}, "loop_experts": {"FP003", "FP004"},
+# raw Kineto traces: no dispatch log, so FP008 (dispatch assertions) has no evidence; require FP007, forbid FP009
+EXPECTED = {"fast": set(), "separate_shared": {"FP001"}, "loop_experts": {"FP007", "FP009"},
             "block_reuse_1": {"FP002"}}
 
 

@@ -119,6 +119,12 @@ CASES = {
                             desc="vLLM on the runtime's small config (12 layers, 128 experts), graphs, b1 x 512"),
     "small_eager_b1": case("small_config", _m(M3, EAGER), env=STREAM, batch=1, prompt=512, out=32,
                            desc="vLLM on the small config, eager, b1 x 512"),
+    # --- shapes (issue 32): vLLM's per-rank layout at TP 2, one trace per rank (nvidia-h200-x2 only): every
+    # parallel linear of both ranks must match `mmprof shapes --engine vllm-cuda --tp 2`
+    "m3_eager_tp2_b8": case("m3_config", _m(M3, EAGER, {"tensor_parallel_size": 2}),
+                            env={"CUDA_LAUNCH_BLOCKING": "1", **NO_STREAM}, desc="M3, eager, TP 2, b8 (2 GPUs)"),
+    "qwen2moe_eager_tp2_b8": case("qwen2moe_config", _m(EAGER, {"tensor_parallel_size": 2}),
+                                  desc="Qwen2-MoE, eager, TP 2, b8 (2 GPUs)"),
 }
 
 
@@ -264,16 +270,20 @@ def finish(name: str, p, lf, wd: str, t0: float, status: str) -> dict:
     if info["status"] == "ok" and info.get("stage") != "done":
         info["status"] = f"incomplete(rc={info['returncode']})"
     found = sorted(glob.glob(os.path.join(wd, "prof", "*.pt.trace.json*")))
-    if found:
-        src = found[-1]
-        dst = os.path.join(wd, "trace.pt.trace.json.gz")
+    tp = int(CASES[name]["engine"].get("tensor_parallel_size", 1))
+    # TP > 1: one trace per rank (vLLM names them ..._tp{r}_..._rank{r}...), kept as trace.rank{r}.pt.trace.json.gz
+    picks = [(f"trace.rank{r}.pt.trace.json.gz", s) for r, s in enumerate(found[-tp:])] if tp > 1 and \
+        len(found) >= tp else ([("trace.pt.trace.json.gz", found[-1])] if found else [])
+    for fname, src in picks:
+        dst = os.path.join(wd, fname)
         if src.endswith(".gz"):
             shutil.move(src, dst)
         else:
             with open(src, "rb") as fi, gzip.open(dst, "wb", 6) as fo:
                 shutil.copyfileobj(fi, fo)
         try:
-            info["trace"] = trace_stats(dst) | {"bytes": os.path.getsize(dst)}
+            info.setdefault("traces", {})[fname] = trace_stats(dst) | {"bytes": os.path.getsize(dst)}
+            info["trace"] = info["traces"][fname]
         except Exception as e:  # a cut trace
             info["trace_error"] = repr(e)
     shutil.rmtree(os.path.join(wd, "prof"), ignore_errors=True)
@@ -301,7 +311,8 @@ def pack(outdir: str, names: list[str], cap: int = 15 * MiB, max_tars: int = 7) 
         with tarfile.open(os.path.join(outdir, f"families_{i}.tar"), "w") as t:
             for n in group:
                 wd = os.path.join(SCRATCH, n)
-                for f in ("summary.json", "log.txt", "trace.pt.trace.json.gz"):
+                for f in ("summary.json", "log.txt", "trace.pt.trace.json.gz",
+                          *sorted(x for x in os.listdir(wd) if x.startswith("trace.rank"))):
                     if os.path.exists(os.path.join(wd, f)):
                         t.add(os.path.join(wd, f), arcname=f"{n}/{f}")
     if len(tars) > max_tars:

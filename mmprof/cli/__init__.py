@@ -32,6 +32,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "export": ("mmprof.cli.export", "export", "Write a profile as a Chrome trace / Perfetto timeline with mmprof's annotations."),
     "classify": ("mmprof.cli.classify", "classify", "Kernel name -> family, variant, library and path, with coverage."),
     "rules": ("mmprof.cli.rules", "rules", "Every check code (FP, SH): what it does, why, an example, known problems."),
+    "store": ("mmprof.cli.store", "store", "Keep runs in a Parquet profile store: mmprof store add PROFILE --store DIR."),
+    "query": ("mmprof.cli.query", "query", "SQL over a profile store with DuckDB: kernels, steps, regions, checks."),
+    "history": ("mmprof.cli.history", "history", "Step time, top regions and variants over stored runs; --check gates CI."),
 }
 
 
@@ -132,6 +135,17 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
+def _json_error(args: list[str], message: str, kind: str, code: int) -> None:
+    """A command asked for --json: its error as one JSON object on stdout too (cli/_common.echo_json_error)."""
+    from mmprof.cli._common import echo_json_error, wants_json  # only on an error path: start-up stays lean
+
+    if wants_json(args):
+        try:
+            echo_json_error(message, kind, code)
+        except OSError:
+            pass
+
+
 def _dispatch(args: list[str]) -> int:
     try:
         rc = _run(args)
@@ -139,6 +153,7 @@ def _dispatch(args: list[str]) -> int:
         if _DEBUG:
             raise
         _err(f"mmprof: error: {one_line(str(e))}")
+        _json_error(args, one_line(str(e)), type(e).__name__, e.exit_code)
         return e.exit_code
     except click.exceptions.Abort:
         _err("mmprof: aborted")
@@ -147,6 +162,7 @@ def _dispatch(args: list[str]) -> int:
         ctx = getattr(e, "ctx", None)
         where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         _err(f"mmprof: error: {one_line(e.format_message())}{where}")
+        _json_error(args, one_line(e.format_message()) + where, "UsageError", 2)
         return 2
     except click.ClickException as e:
         e.show()
@@ -179,6 +195,7 @@ def _dispatch(args: list[str]) -> int:
             raise
         _err(f"mmprof: internal error: {type(e).__name__}: {one_line(str(e))} "
              "(please report it; --debug shows the traceback)")
+        _json_error(args, f"internal error: {type(e).__name__}: {one_line(str(e))}", "InternalError", 2)
         return 2
     # ctx.exit(code) inside a command comes back here as its return value.
     return rc if isinstance(rc, int) else 0

@@ -39,13 +39,70 @@ def _default(o: Any) -> Any:
     raise TypeError(f"cannot serialise {type(o).__name__}")
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of tables.")
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print machine-readable JSON instead of tables (errors too: {\"error\": ...}).")
+
+
+def wants_json(args: list[str]) -> bool:
+    """Whether a command line asks for --json (before a `--` that starts a wrapped command): its errors then come
+    as JSON too (mmprof.cli.main's error paths call `echo_json_error`)."""
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def echo_json_error(message: str, kind: str, exit_code: int) -> None:
+    """The error of a --json command as one JSON object on stdout: {"error": {"type", "message", "exit_code"}}."""
+    echo_json({"error": {"type": kind, "message": message, "exit_code": exit_code}, "exit_code": exit_code})
+
+
+# One spelling per dtype across commands, both names accepted everywhere: `mmprof run --dtype bf16` and
+# `mmprof shapes --dtype bfloat16` mean the same as the commands' own spellings.
+DTYPE_ALIASES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+                 "half": "float16", "fp32": "float32", "float32": "float32", "float": "float32"}
+SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+class DtypeType(click.ParamType):
+    """A dtype option that accepts the short (bf16) and the torch (bfloat16) names and gives the command's own
+    spelling (`short=True`: bf16 / fp16 / fp32; else bfloat16 / float16 / float32), limited to `allowed`."""
+
+    name = "dtype"
+
+    def __init__(self, allowed: tuple[str, ...], short: bool) -> None:
+        self.allowed, self.short = allowed, short
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:  # click >= 8.2 adds ctx
+        return "[" + "|".join(self.allowed) + "]"
+
+    def convert(self, value, param, ctx):
+        full = DTYPE_ALIASES.get(str(value).strip().lower())
+        out = (SHORT_DTYPE.get(full, full) if self.short else full) if full else None
+        if out is None or out not in self.allowed:
+            names = sorted({k for k, v in DTYPE_ALIASES.items() if (SHORT_DTYPE.get(v, v) if self.short else v)
+                            in self.allowed})
+            self.fail(f"{str(value)[:20]!r} is not a dtype this command takes ({', '.join(names)})", param, ctx)
+        return out
 
 
 graph_ref_option = click.option(
     "--graph-ref", "graph_ref", metavar="PROFILE",
     help="A profile (or trace) of the same work run without CUDA/HIP graphs: replayed kernels that no capture in "
          "the input explains take the ops of the same kernel sequence there (docs/graphs.md).")
+
+
+store_option = click.option(
+    "--store", "store", metavar="DIR", envvar="MMPROF_STORE", show_envvar=True,
+    help="A profile store (a folder of Parquet files, docs/scale.md): the run is added to it.")
+required_store_option = click.option(
+    "--store", "store", metavar="DIR", envvar="MMPROF_STORE", show_envvar=True, required=True,
+    help="The profile store (a folder of Parquet files written by `mmprof store add`, docs/scale.md).")
+
+
+def add_to_store(store: str, profile, name: str, **overrides):
+    """Add one Profile to the store named by --store (the run's metadata from the profile, `overrides` first);
+    returns the store's RunInfo."""
+    from mmprof.store.catalog import add_profile  # pyarrow is imported only when a store is named
+
+    return add_profile(store, profile, name, overrides)
 
 
 log_option = click.option(

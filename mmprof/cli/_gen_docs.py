@@ -32,6 +32,11 @@ def render() -> str:
         sub = click.Context(cmd, info_name=name, parent=ctx, max_content_width=100, terminal_width=100,
                             help_option_names=["-h", "--help"])
         parts.append(f"## `mmprof {name}`\n\n```text\n{cmd.get_help(sub).rstrip()}\n```\n")
+        for subname in (cmd.list_commands(sub) if isinstance(cmd, click.Group) else []):
+            subcmd = cmd.get_command(sub, subname)
+            leaf = click.Context(subcmd, info_name=subname, parent=sub, max_content_width=100, terminal_width=100,
+                                 help_option_names=["-h", "--help"])
+            parts.append(f"## `mmprof {name} {subname}`\n\n```text\n{subcmd.get_help(leaf).rstrip()}\n```\n")
     return "\n".join(parts)
 
 

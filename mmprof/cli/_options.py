@@ -9,6 +9,7 @@ import click
 
 from mmprof.analysis.shapes.shape_match import match_profile
 from mmprof.capture.workflows.run_options import PRESET_NAMES, RunOptions
+from mmprof.cli._common import DtypeType
 from mmprof.errors import BadInput
 from mmprof.modelspec import ModelSpec
 from mmprof.runtime import Switches, SwitchSpec
@@ -48,8 +49,9 @@ def workload_options(f):
         click.option("--config", "config", type=click.Path(), default=None,
                      help="A Hugging Face config.json (or checkpoint directory) instead of a preset."),
         click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True),
-        click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default=None,
-                     help="Weights and activations [default: float32 on cpu, bfloat16 on cuda]."),
+        click.option("--dtype", type=DtypeType(("float32", "bfloat16"), short=False), default=None,
+                     help="Weights and activations: float32 (fp32) or bfloat16 (bf16) [default: float32 on cpu, "
+                          "bfloat16 on cuda]."),
         click.option("--batch", type=int, default=1, show_default=True, help="Sequences decoded together (concurrency)."),
         click.option("--prompt-len", type=int, default=128, show_default=True, help="Prompt tokens per sequence."),
         click.option("--decode-steps", type=int, default=8, show_default=True,

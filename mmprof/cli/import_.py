@@ -6,7 +6,8 @@ import time
 
 import click
 
-from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, load_ref, log_option, with_log_file
+from mmprof.cli._common import (add_to_store, console, echo_json, graph_ref_option, json_option, load_ref,
+                                log_option, store_option, with_log_file)
 from mmprof.cli._provenance import apply_provenance, provenance_option, read_provenance
 from mmprof.errors import BadInput
 from mmprof.importers import IMPORTERS, import_paths
@@ -30,9 +31,11 @@ from mmprof.render.text.progress import progress_bar
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Processes importing rank files side by side [default: one per 256 MB of JSON, at most one per "
                    "file and per usable core; 1 below that]; each holds one file's import at a time.")
+@store_option
 @json_option
 def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str | None, one_run: bool,
                graph_ref: str | None, inductor_provenance: tuple[str, ...], log_file: str | None, jobs: int | None,
+               store: str | None,
                as_json: bool) -> None:
     """Import TRACE files or directories (one file per rank) into one Profile written to OUT."""
     if fmt is not None and fmt not in IMPORTERS:
@@ -68,6 +71,8 @@ def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str 
         "import_s": round(t1 - t0, 3),
         "save_s": round(t2 - t1, 3),
     }
+    if store:
+        result["store"] = {"dir": store, "run": add_to_store(store, profile, str(path)).run}
     if as_json:
         echo_json(result)
     else:

@@ -7,7 +7,7 @@ import click
 from mmprof.capture.record import RecordOptions
 from mmprof.capture.record import record as do_record
 from mmprof.capture.session import DEFAULT_STEP_MARKERS
-from mmprof.cli._common import console, echo_json
+from mmprof.cli._common import add_to_store, console, echo_json, store_option
 from mmprof.errors import BadInput
 from mmprof.fileio import parse_size
 from mmprof.render.text.progress import progress_bar
@@ -50,10 +50,11 @@ from mmprof.render.text.record import render_record
               help="After Ctrl-C or SIGTERM: how long the command gets to stop before mmprof sends it SIGTERM, "
                    "and as long again before SIGKILL (a second Ctrl-C skips the wait); what was captured is kept.")
 @click.option("--json", "as_json", is_flag=True, help="Print the record result as JSON on stdout at the end.")
+@store_option
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def record(ctx, out, backend, steps, skip, markers, flush_every, light, kernels_only, cpu_only, no_modules, start,
-           no_log, log_limit, trace_dir, grace, stop_grace, as_json, cmd):
+           no_log, log_limit, trace_dir, grace, stop_grace, as_json, store, cmd):
     """Run CMD unchanged and capture every Python process it starts (torchrun ranks, spawn workers).
 
     Its output and exit code pass through; the per-rank traces are merged into one Profile at OUT, with the
@@ -72,10 +73,12 @@ def record(ctx, out, backend, steps, skip, markers, flush_every, light, kernels_
                          log_limit=parse_size(log_limit, "--log-limit"))
     # a failure raises an MmprofError: the command (if it ran) already printed its output; main() prints one line
     with progress_bar() as cb:  # starts after the command: only the import and merge show a bar
-        result, _profile = do_record(list(cmd), out, backend=backend, opts=opts, trace_dir=trace_dir, progress=cb,
-                                     say=lambda text: console(stderr=True).print(f"mmprof: {text}", markup=False,
-                                                                                 highlight=False))
+        result, profile = do_record(list(cmd), out, backend=backend, opts=opts, trace_dir=trace_dir, progress=cb,
+                                    say=lambda text: console(stderr=True).print(f"mmprof: {text}", markup=False,
+                                                                                highlight=False))
     render_record(result, console(stderr=True))
+    if store and profile is not None:
+        console(stderr=True).print(f"added to the store {store} as run {add_to_store(store, profile, out).run}")
     if as_json:
         echo_json(result.to_dict())
     ctx.exit(result.exit_code)

@@ -8,7 +8,7 @@ import click
 
 from mmprof.analysis.timeline.runinfo import RunSummary
 from mmprof.capture.workflows.run_options import validate
-from mmprof.cli._common import console, echo_json, json_option
+from mmprof.cli._common import add_to_store, console, echo_json, json_option, store_option
 from mmprof.cli._options import run_options, workload_options
 from mmprof.render.text.progress import progress_bar
 from mmprof.render.text.run import render_run
@@ -28,8 +28,9 @@ from mmprof.render.text.run import render_run
               help="Tensor-parallel ranks, started here (gloo on cpu, nccl on cuda); under torchrun, the job's ranks.")
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True, help="Expert parallel: 1 or equal to --tp.")
 @click.option("-o", "--output", default="mmprof-run.json.gz", show_default=True, help="Where to write the Profile.")
+@store_option
 @json_option
-def run(capture, measure_dilation, repeats, tp, ep, output, as_json, **workload) -> None:
+def run(capture, measure_dilation, repeats, tp, ep, output, store, as_json, **workload) -> None:
     """Run the reference MiniMax M3 runtime under capture and write a Profile.
 
     The same workload runs first without the profiler (the plain timing) and then under torch.profiler, so the
@@ -40,6 +41,9 @@ def run(capture, measure_dilation, repeats, tp, ep, output, as_json, **workload)
     if profile is None:  # a non-zero torchrun rank: rank 0 writes and reports
         return
     result = RunSummary.of(profile, output)
+    if store:
+        run_id = add_to_store(store, profile, output).run
+        console(stderr=True).print(f"added to the store {store} as run {run_id}")
     if as_json:
         echo_json(result.to_dict())
     else:

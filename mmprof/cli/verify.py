@@ -14,13 +14,17 @@ from mmprof.analysis.timeline.engine_steps import describe, engine_steps
 from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.attribution.classify import load_rules
 from mmprof.capture.workflows.run_options import validate
+from mmprof.analysis.shapes.engines import engine_of
+from mmprof.analysis.shapes.trace_tp import check_tp
 from mmprof.cli._common import (console, echo_json, graph_ref_option, json_option, junit_on_error, load_any,
-                                log_option, with_log_file)
+                                log_option, with_log_file, write_text)
 from mmprof.cli._options import model_options, run_options, shape_regions, workload_options
 from mmprof.analysis.shapes.shape_match import match_profile
 from mmprof.errors import BadInput
 from mmprof.modelspec import ModelSpec
+from mmprof.render.html import verify_html
 from mmprof.render.junit import write_junit
+from mmprof.render.markdown import verify_markdown
 from mmprof.render.text.progress import progress_bar
 from mmprof.render.safe import markup
 from mmprof.render.text.verify import render_verify
@@ -35,6 +39,8 @@ MIN_MODEL_FIT = 0.5  # a --model whose shapes explain fewer of the trace's GEMMs
 @click.option("--rules", "rules_paths", type=click.Path(), multiple=True,
               help="Extra kernel-classification rules (TOML); repeatable. They extend / override the built-ins.")
 @click.option("--junit", "junit_path", type=click.Path(), default=None, help="Also write a JUnit XML report here.")
+@click.option("--markdown", "markdown_file", metavar="FILE", help="Also write Markdown (a PR comment); '-' for stdout.")
+@click.option("--html", "html_file", metavar="FILE", help="Also write one self-contained HTML page.")
 @click.option("--sparse-layers", type=click.IntRange(min=1), default=None,
               help="Number of sparse-attention layers (for FP002 on traces without scopes or model config).")
 @click.option("--verbose", "-v", is_flag=True, help="Show evidence for passing assertions too.")
@@ -48,7 +54,8 @@ MIN_MODEL_FIT = 0.5  # a --model whose shapes explain fewer of the trace's GEMMs
 @json_option
 @click.pass_context
 def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | None, rules_paths: tuple[str, ...],
-                    junit_path: str | None, sparse_layers: int | None, verbose: bool, do_run: bool, output: str | None,
+                    junit_path: str | None, markdown_file: str | None, html_file: str | None,
+                    sparse_layers: int | None, verbose: bool, do_run: bool, output: str | None,
                     model: str | None, tp: int | None, ep: int, graph_ref: str | None, log_file: str | None,
                     as_json: bool, **run_opts) -> None:
     """Check which kernel variants dispatched in each op region against a spec (CI gate).
@@ -64,6 +71,10 @@ def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | No
                            graph_ref, as_json, run_opts, log_file)
     if junit_path:
         write_junit(result, junit_path)
+    if markdown_file:
+        write_text(markdown_file, verify_markdown(result, verbose))
+    if html_file:
+        write_text(html_file, verify_html(result))
     steps = engine_steps(prof)  # a serving engine's steps: the checks see their phases (prefill / mixed / decode)
     steps_line = f"engine steps ({', '.join(sorted(set(steps['engine'])))}): {describe(steps)}" if len(steps) else None
     if as_json:
@@ -71,7 +82,7 @@ def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | No
         if steps_line:
             d["engine_steps"] = steps_line
         echo_json(d)
-    else:
+    elif markdown_file != "-":
         if steps_line:
             console().print(markup(steps_line))
         render_verify(result, console(), verbose=verbose, junit_path=junit_path)
@@ -94,7 +105,7 @@ def _verify(profile, spec_path, rules_paths, sparse_layers, do_run, output, mode
     prof = with_log_file(prof, log_file)
     regions, model_spec, warnings = _model_regions(prof, model, tp, ep)
     return verify(prof, spec, rules=rules, sparse_layers=sparse_layers, profile_name=str(profile),
-                  shape_regions=regions, model=model_spec, warnings=warnings), prof
+                  shape_regions=regions, model=model_spec, warnings=warnings, engine=engine_of(prof)), prof
 
 
 def _model_regions(prof, model: str | None, tp: int | None, ep: int):
@@ -104,7 +115,8 @@ def _model_regions(prof, model: str | None, tp: int | None, ep: int):
     if model is None:
         return shape_regions(prof, None, tp, ep), None, []
     spec = ModelSpec.load(model)
-    ss = match_profile(prof, spec, tp, ep)
+    shown = check_tp(prof, spec, tp, ep)  # a --tp the trace's shapes contradict is bad input, said as such
+    ss = match_profile(prof, spec, tp or shown.tp, ep)
     rep = ss.report
     name = spec.model_type or spec.family
     if not rep.gemms:

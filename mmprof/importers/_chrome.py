@@ -71,7 +71,7 @@ class Event(msgspec.Struct, forbid_unknown_fields=False, gc=False):
 # by nothing.
 _RARE_FIELDS = ("coll_name", "dtype", "in_nelems", "out_nelems", "group_size", "pg_name", "pg_desc", "pg_id",
                 "pg_ranks", "kernel")
-_RARE_KEY = b'"Collective name"'
+RARE_KEY = b'"Collective name"'
 
 
 def _lean(struct: type, name: str, drop: tuple[str, ...] = (), **types: Any) -> type:
@@ -143,10 +143,10 @@ def decode(data: bytes, where: str, compressed: int | None = None, counted: bool
     except msgspec.ValidationError:
         return _decode_lenient(data, where)
     except msgspec.DecodeError as e:
-        raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
+        raise BadInput(f"{where}: not valid JSON ({short_error(e)}); is the file complete?") from e
     if raws is None:
         raise BadInput(f"{where}: a JSON object without \"traceEvents\"; not a PyTorch profiler (Kineto) trace")
-    trace.traceEvents, bad = _decode_events(raws, where, lean=_RARE_KEY not in data)
+    trace.traceEvents, bad = _decode_events(raws, where, lean=RARE_KEY not in data)
     return trace, bad
 
 
@@ -166,10 +166,10 @@ def _decode_events(raws: list, where: str, lean: bool) -> tuple[list[Event], int
         try:
             evs = [dec(r) for r in chunk]  # one call per event: no joined copy of the chunk
         except msgspec.ValidationError:
-            evs, b = _lenient_events(chunk)
+            evs, b = lenient_events(chunk)
             bad += b
         except msgspec.DecodeError as e:
-            raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
+            raise BadInput(f"{where}: not valid JSON ({short_error(e)}); is the file complete?") from e
         intern(evs)
         out += evs
     return out, bad
@@ -223,7 +223,7 @@ class _Interner:
             return v
 
 
-def _lenient_events(raws: list) -> tuple[list[Event], int]:
+def lenient_events(raws: list) -> tuple[list[Event], int]:
     """One event at a time: those that fit (after `_coerce`), and how many did not."""
     events = []
     bad = 0
@@ -249,7 +249,7 @@ def _decode_lenient(data: bytes, where: str) -> tuple[Trace, int]:
     try:
         doc = msgspec.json.decode(data)
     except msgspec.DecodeError as e:
-        raise BadInput(f"{where}: not valid JSON ({_short(e)}); is the file complete?") from e
+        raise BadInput(f"{where}: not valid JSON ({short_error(e)}); is the file complete?") from e
     if isinstance(doc, list):
         raw_events, header = doc, {}
     elif isinstance(doc, dict):
@@ -302,6 +302,6 @@ def _coerce(e: Any) -> Event | None:
         return None
 
 
-def _short(e: Exception) -> str:
+def short_error(e: Exception) -> str:
     msg = str(e).splitlines()[0] if str(e) else type(e).__name__
     return msg[:160]

@@ -70,7 +70,7 @@ def _ranks_text(v) -> str | None:
 def collectives(imp) -> None:
     """Fill the collectives table of the importer `imp` (a kineto._Importer after kernels are built)."""
     comm = _CommOps(imp)
-    for k in _comm_kernels(imp):
+    for k in imp.comm_kernel_rows():
         _kernel_row(imp, comm, k)
     _op_rows(imp, comm)
     # collectives with no record_param_comms metadata: c10d ops and gloo ranges
@@ -83,9 +83,8 @@ class _CommOps:
 
     def __init__(self, imp) -> None:
         self.imp = imp
-        ops = imp.op_events
-        self.rows = [i for i, e in enumerate(ops) if e.args is not None and e.args.coll_name is not None]
-        self.is_comm = np.zeros(len(ops), bool)
+        self.rows = imp.comm_op_rows()
+        self.is_comm = np.zeros(len(imp.op_start), bool)
         self.is_comm[self.rows] = True
         self.parent = imp.op_nest.parent
         self.used: set[int] = set()
@@ -127,10 +126,9 @@ class _CommOps:
         return c_op
 
 
-def _comm_kernels(imp) -> list[int]:
-    """Kernel rows that are communication: their args name a collective, or their name is NCCL / RCCL's."""
-    return [k for k, (a, name) in enumerate(zip(imp.k_args, imp.k_names))
-            if a.coll_name is not None or (isinstance(name, str) and _COMM_KERNEL.match(name))]
+def is_comm_kernel_name(name) -> bool:
+    """A kernel name that is NCCL / RCCL's."""
+    return isinstance(name, str) and _COMM_KERNEL.match(name) is not None
 
 
 def _group_size(v) -> int:
@@ -305,7 +303,8 @@ def _compatible(c10d: str, gloo: str) -> bool:
 def _gloo_ranges(imp) -> list[tuple[int, str, int | None, str | None]]:
     """(annotation row, collective, elements, dtype) of every `gloo:*` range, in start order."""
     out = []
-    for j, e in enumerate(getattr(imp, "ann_events", [])):
+    for j in imp.gloo_ann_rows():
+        e = imp.ann_events[j]
         if isinstance(e.name, str) and e.name.startswith("gloo:"):
             dims, types = _args(e)
             parts = [tensor_arg(dims, types, i) for i in range(len(dims))]
@@ -328,7 +327,7 @@ def host_collectives(imp, comm_ops: list[int]) -> None:
     rows = imp.builder.cols["collectives"]["op"]  # rows made so far (kernels, record_param_comms)
     seeds = [int(o) for o in rows if o >= 0]
     covered = _covered(imp.op_nest.parent, seeds + list(comm_ops))
-    kinds = _c10d_kinds(imp.op_events)
+    kinds = c10d_kinds(imp.c10d_op_names())
     group = group_of(imp.dist, imp.rank)
     gloo = _GlooRanges(imp)
     described = set(seeds) | set(comm_ops)
@@ -363,11 +362,11 @@ def _covered(parent: np.ndarray, seeds: list[int]) -> set[int]:
     return covered
 
 
-def _c10d_kinds(ops: list) -> dict[int, str]:
-    """Op row -> collective, for the `c10d::*` dispatcher ops that are collectives."""
+def c10d_kinds(ops) -> dict[int, str]:
+    """Op row -> collective, for the `c10d::*` dispatcher ops that are collectives; `ops`: (row, name) of the ops
+    whose name starts with `c10d::` (the importer's `c10d_op_names`)."""
     kinds: dict[int, str] = {}
-    for i, e in enumerate(ops):
-        nm = e.name
+    for i, nm in ops:
         if isinstance(nm, str) and nm.startswith("c10d::") and nm[6:].strip("_") in C10D_KINDS:
             kinds[i] = normalize_collective(nm[6:].strip("_"))
     return kinds

@@ -12,7 +12,7 @@ import re
 import numpy as np
 
 from mmprof.importers._chrome import Args
-from mmprof.importers._kineto_comm import collectives
+from mmprof.importers._kineto_comm import collectives, is_comm_kernel_name
 from mmprof.importers._nesting import (
     MAX_PATH_DEPTH,
     MAX_TIME_NS,
@@ -40,7 +40,7 @@ KNOWN_SKIPPED = {None, "ac2g", "async_cpu_to_gpu", "async_gpu", "fwdbwd", "fwd_b
                  "external_correlation", "collective_comm", "mtia_ccp_events", "hpu_op", "Python",
                  "gpu_mem_alloc", "memory", "Memory"}
 
-_VERSION_SUFFIX = re.compile(r"_v\d+$")
+VERSION_SUFFIX = re.compile(r"_v\d+$")
 _EMPTY = Args()
 
 
@@ -232,12 +232,16 @@ class RankImporter:
         dev = int_array([a.device if a.device is not None else e.pid for a, e in zip(gargs, gevs)])
         stream = int_array([a.stream if a.stream is not None else e.tid for a, e in zip(gargs, gevs)])
         glane = self._lane([("gpu", d) for d in dev.tolist()], stream.tolist())
-        self.gann = Lanes(glane, gstart, gstart + gdur)
         gnames = [e.name if isinstance(e.name, str) else str(e.name) for e in gevs]
+        self._gpu_scopes(glane, dev, stream, gstart, gdur, gnames, n)
+
+    def _gpu_scopes(self, glane, dev, stream, gstart, gdur, gnames: list[str], off: int) -> None:
+        """The GPU-side annotations (lanes are (device, stream)) after the `off` CPU ones in the scopes table."""
+        self.gann = Lanes(glane, gstart, gstart + gdur)
         self.gann_name, self.gann_path, self.gann_phase, self.gann_step = self._propagate(self.gann, gnames)
         self.gstep_win, self.gphase_win = self._windows(gnames, gstart, gstart + gdur)
-        off = n
-        m = len(gevs)
+        c = self.builder.cols["scopes"]
+        m = len(gstart)
         cat = lambda a, b: np.concatenate([np.asarray(a, np.int64), np.asarray(b, np.int64)])  # noqa: E731
         c["rank"] = cat(c["rank"], np.full(m, self.rank))
         c["tid"] = cat(c["tid"], np.full(m, -1))
@@ -246,7 +250,7 @@ class RankImporter:
         c["start_ns"] = cat(c["start_ns"], gstart)
         c["dur_ns"] = cat(c["dur_ns"], gdur)
         c["name"] = cat(c["name"], self.gann_name)
-        c["source"] = cat(c["source"], np.full(m, sid("gpu_user_annotation")))
+        c["source"] = cat(c["source"], np.full(m, self.st.id("gpu_user_annotation")))
         c["depth"] = cat(c["depth"], self.gann.depth)
         c["parent"] = cat(c["parent"], np.where(self.gann.parent >= 0, self.gann.parent + off, -1))
 
@@ -344,7 +348,7 @@ class RankImporter:
         self.l_start, self.l_lane, self.l_op, self.l_ann, self.l_args = start, lane, op, ann, args
         o = np.argsort(corr, kind="stable")
         self.l_corr_sorted, self.l_corr_rows = corr[o], o
-        names = [(_VERSION_SUFFIX.sub("", e.name) if isinstance(e.name, str) else str(e.name)) for e in rt]
+        names = [(VERSION_SUFFIX.sub("", e.name) if isinstance(e.name, str) else str(e.name)) for e in rt]
         c = self.builder.cols["launches"]
         n = len(rt)
         c["rank"] = np.full(n, self.rank, np.int64)
@@ -456,7 +460,7 @@ class RankImporter:
             nbytes[miss] = int_array([self.l_args[i].size if self.l_args[i].size is not None else self.l_args[i].bytes
                                   for i in launch[miss].tolist()])
         kinds = [kind_of[id(e)] for e in evs]
-        dirs = [_direction(e.name, a.kind) if k == "memcpy" else None for e, a, k in zip(evs, args, kinds)]
+        dirs = [direction(e.name, a.kind) if k == "memcpy" else None for e, a, k in zip(evs, args, kinds)]
         n = len(evs)
         c = self.builder.cols["memcpy"]
         c["rank"] = np.full(n, self.rank, np.int64)
@@ -479,11 +483,31 @@ class RankImporter:
     def _collectives(self) -> None:
         collectives(self)
 
+    # the rows mmprof.importers._kineto_comm scans for (one pass each; the columnar importer answers from columns)
+    def comm_op_rows(self) -> list[int]:
+        """Op rows whose args name a collective (record_param_comms)."""
+        return [i for i, e in enumerate(self.op_events) if e.args is not None and e.args.coll_name is not None]
+
+    def comm_kernel_rows(self) -> list[int]:
+        """Kernel rows that are communication: their args name a collective, or their name is NCCL / RCCL's."""
+        return [k for k, (a, name) in enumerate(zip(self.k_args, self.k_names))
+                if a.coll_name is not None or is_comm_kernel_name(name)]
+
+    def c10d_op_names(self) -> list[tuple[int, str]]:
+        """(row, name) of the ops named `c10d::*`."""
+        return [(i, e.name) for i, e in enumerate(self.op_events)
+                if isinstance(e.name, str) and e.name.startswith("c10d::")]
+
+    def gloo_ann_rows(self) -> list[int]:
+        """Annotation rows named `gloo:*`."""
+        return [j for j, e in enumerate(getattr(self, "ann_events", []))
+                if isinstance(e.name, str) and e.name.startswith("gloo:")]
+
 
 _DIRS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "HtoA", "AtoH", "AtoA", "DtoA", "AtoD")
 
 
-def _direction(name, kind) -> str | None:
+def direction(name, kind) -> str | None:
     if isinstance(kind, str) and kind in _DIRS:
         return kind
     if isinstance(name, str):

@@ -80,6 +80,9 @@ def to_ns(us: list) -> np.ndarray:
     return ip.astype(np.int64) * 1000 + np.rint((a - ip) * 1000.0).astype(np.int64)
 
 
+SWEEP_BLOCK = 1 << 18
+
+
 class Lanes:
     """Interval sets per lane (a CPU thread or a GPU stream) with a parent forest, for enclosing queries."""
 
@@ -89,22 +92,32 @@ class Lanes:
         self.order = np.lexsort((-(end - start), start, lane)) if n else np.zeros(0, np.int64)
         self.parent = np.full(n, -1, np.int64)
         self.depth = np.zeros(n, np.int64)
-        # stack sweep per lane (sorted by lane, start, longest first)
+        # stack sweep per lane (sorted by lane, start, longest first), in blocks of SWEEP_BLOCK intervals so that
+        # the Python lists it walks stay small however many intervals there are; the stack holds (row, end)
         parent, depth = self.parent, self.depth
-        ln, st, en = lane.tolist(), start.tolist(), end.tolist()
         stack: list[int] = []
+        ends: list[int] = []
         cur = None
-        for i in self.order.tolist():
-            if ln[i] != cur:
-                cur = ln[i]
-                stack = []
-            s = st[i]
-            while stack and en[stack[-1]] <= s:
-                stack.pop()
-            if stack:
-                parent[i] = stack[-1]
-                depth[i] = len(stack)
-            stack.append(i)
+        for a in range(0, n, SWEEP_BLOCK):
+            ob = self.order[a:a + SWEEP_BLOCK]
+            rows, lns, sts, ens = ob.tolist(), lane[ob].tolist(), start[ob].tolist(), end[ob].tolist()
+            pb = [-1] * len(rows)
+            db = [0] * len(rows)
+            for k, i in enumerate(rows):
+                if lns[k] != cur:
+                    cur = lns[k]
+                    stack, ends = [], []
+                s = sts[k]
+                while ends and ends[-1] <= s:
+                    ends.pop()
+                    stack.pop()
+                if stack:
+                    pb[k] = stack[-1]
+                    db[k] = len(stack)
+                stack.append(i)
+                ends.append(ens[k])
+            parent[ob] = pb
+            depth[ob] = db
         self.max_depth = int(depth.max()) if n else 0
         # per lane: slice of `order`
         sl = lane[self.order]

@@ -80,7 +80,20 @@ def free_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def decode_jobs(path: Path) -> int:
+    """Worker processes decoding one file's pieces: MMPROF_DECODE_JOBS, else the usable cores when the JSON is
+    at least kineto.PARALLEL_MIN_BYTES (a pool costs 1-2.5 s to start here), else none (this process)."""
+    env = os.environ.get("MMPROF_DECODE_JOBS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise BadInput(f"MMPROF_DECODE_JOBS={env!r} is not a number of processes") from None
+    return free_cores() if json_bytes(path) >= PARALLEL_MIN_BYTES and free_cores() > 1 else 1
+
+
 def _load_in_worker(path: str) -> Profile:
+    os.environ["MMPROF_DECODE_JOBS"] = "1"  # a file per worker already: its pieces decode in the worker itself
     return load_one(path, many=True)
 
 
@@ -209,18 +222,55 @@ class _EventCounter:
 
 
 def _load_one(path: Path, rank: int | None, many: bool) -> Profile:
+    """The streaming import (`_kineto_columns`), or with MMPROF_KINETO_REFERENCE=1 (and for documents the
+    streaming reader does not fit) the Struct path: the whole document decoded, one Struct per event."""
+    if os.environ.get("MMPROF_KINETO_REFERENCE") != "1":
+        from mmprof.importers._kineto_columns import ColumnRankImporter, gather
+
+        status, trace, g = gather(path, _EventCounter(str(path), gzip_size(path)), decode_jobs(path))
+        if status == "ok":
+            if not g.events:
+                raise BadInput(f"{path}: trace holds no events (traceEvents is empty)")
+            check_events(g.events, str(path))
+            r, dist, warnings = _rank_of(trace, path, rank, many, g.bad)
+            b = ColumnRankImporter(r, warnings)
+            b.dist = dist
+            b.run_columns(g)
+            del g
+            return _finish(b, trace, path, r, dist, warnings)
+    return _load_reference(path, rank, many)
+
+
+def _load_reference(path: Path, rank: int | None, many: bool) -> Profile:
     compressed = gzip_size(path)
     data = read_bytes(path, watch=_EventCounter(str(path), compressed))
     trace, bad = decode(data, str(path), compressed, counted=True)  # event limits applied while read
     del data
     events = trace.traceEvents or []
     trace.traceEvents = None  # `RankImporter.run` consumes the list: no second reference keeps the events alive
-    warnings: list[str] = []
-    if bad:
-        warnings.append(f"{bad} events did not fit the Chrome-trace layout and were dropped")
     if not events:
         raise BadInput(f"{path}: trace holds no events (traceEvents is empty)")
     check_events(len(events), str(path))
+    r, dist, warnings = _rank_of(trace, path, rank, many, bad)
+    b = RankImporter(r, warnings)
+    b.dist = dist  # process-group sizes for collectives that carry no record_param_comms metadata
+    b.run(events)  # empties `events`
+    return _finish(b, trace, path, r, dist, warnings)
+
+
+def _finish(b, trace, path: Path, r: int, dist: dict, warnings: list[str]) -> Profile:
+    meta = km.build_meta(trace, path, r, dist, b, warnings)
+    builder = b.builder
+    builder.meta = meta
+    b.__dict__.clear()  # the linking arrays (lanes, joins, columns) go before the Profile is built beside them
+    return builder.build()
+
+
+def _rank_of(trace, path: Path, rank: int | None, many: bool, bad: int) -> tuple[int, dict, list[str]]:
+    """(rank, distributedInfo, warnings so far) of one trace from its header, the file name and --rank."""
+    warnings: list[str] = []
+    if bad:
+        warnings.append(f"{bad} events did not fit the Chrome-trace layout and were dropped")
     dist = dict(trace.distributedInfo) if isinstance(trace.distributedInfo, dict) else {}
     file_rank = dist.get("rank") if type(dist.get("rank")) is int else None
     if file_rank is not None and not 0 <= file_rank <= MAX_RANK:
@@ -247,10 +297,4 @@ def _load_one(path: Path, rank: int | None, many: bool) -> Profile:
         warnings.append("rank unknown (no distributedInfo.rank, no rank-N in the file name): assumed 0")
     if str(trace.displayTimeUnit or "").lower() == "ns":
         warnings.append("displayTimeUnit says ns but ts are µs (treated as µs)")
-
-    b = RankImporter(r, warnings)
-    b.dist = dist  # process-group sizes for collectives that carry no record_param_comms metadata
-    b.run(events)  # empties `events`
-    meta = km.build_meta(trace, path, r, dist, b, warnings)
-    b.builder.meta = meta
-    return b.builder.build()
+    return r, dist, warnings

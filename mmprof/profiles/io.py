@@ -13,7 +13,7 @@ import orjson
 
 from mmprof._version import __version__
 from mmprof.errors import BadInput, SchemaError
-from mmprof.fileio import atomic_write, check_events, max_events, read_bytes
+from mmprof.fileio import atomic_output, check_events, max_events, read_bytes
 from mmprof.profiles.profile import NP_DTYPE, Profile, empty_column, cap_strings
 from mmprof.profiles.schema import (
     FORMAT_NAME,
@@ -26,24 +26,12 @@ from mmprof.profiles.schema import (
 
 
 def to_dict(profile: Profile) -> dict[str, Any]:
-
-    meta = dict(profile.meta)
-    meta.setdefault("mmprof_version", __version__)
-    meta.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    meta.setdefault("source", {"format": "unknown", "files": []})
-    meta.setdefault("ranks", [{"rank": r} for r in profile.ranks])
-    meta.setdefault("clock", {"unit": "ns", "note": "per-rank timeline; not wall clock"})
+    head = to_dict_header(profile)
     tables = {}
     for t, cols in TABLES.items():
         tables[t] = {"n": profile.n(t), "columns": {c: encode_column(profile.tables[t][c], column_kind(ct))
                                                      for c, ct, _ in cols}}
-    return {
-        "format": FORMAT_NAME,
-        "schema_version": SCHEMA_VERSION,
-        "meta": meta,
-        "strings": profile.strings,
-        "tables": tables,
-    }
+    return {**head, "strings": profile.strings, "tables": tables}
 
 
 _WIDEST = {"int": "<i8", "str": "<i4", "float": "<f8"}
@@ -104,12 +92,40 @@ def decode_column(raw: Any, kind: str, n: int, where: str) -> np.ndarray:
 
 def dumps(profile: Profile) -> bytes:
     # orjson writes NaN floats as null; from_dict reads null back as NaN.
-    doc = to_dict(profile)
+    return b"".join(dumps_parts(profile))
+
+
+def dumps_parts(profile: Profile):
+    """The bytes of `dumps(profile)` in parts (the header, the strings, one column at a time), so that a large
+    Profile is written without its whole encoded document in memory: the same bytes as one orjson.dumps of
+    `to_dict(profile)`."""
+    doc = to_dict_header(profile)
     try:
-        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+        meta = orjson.dumps(doc["meta"], option=orjson.OPT_SERIALIZE_NUMPY)
     except TypeError:  # metadata copied from a file may hold what JSON cannot (integers beyond 64 bits)
-        doc["meta"] = _json_safe(doc["meta"])
-        return orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+        meta = orjson.dumps(_json_safe(doc["meta"]), option=orjson.OPT_SERIALIZE_NUMPY)
+    yield (b'{"format":' + orjson.dumps(doc["format"]) + b',"schema_version":' + orjson.dumps(doc["schema_version"])
+           + b',"meta":' + meta + b',"strings":')
+    yield orjson.dumps(profile.strings)
+    yield b',"tables":{'
+    for ti, (t, cols) in enumerate(TABLES.items()):
+        yield (b"," if ti else b"") + orjson.dumps(t) + b':{"n":' + orjson.dumps(profile.n(t)) + b',"columns":{'
+        for ci, (c, ct, _) in enumerate(cols):
+            yield ((b"," if ci else b"") + orjson.dumps(c) + b":"
+                   + orjson.dumps(encode_column(profile.tables[t][c], column_kind(ct))))
+        yield b"}}"
+    yield b"}}"
+
+
+def to_dict_header(profile: Profile) -> dict[str, Any]:
+    """`to_dict` without the tables (format, version, metadata with its defaults)."""
+    meta = dict(profile.meta)
+    meta.setdefault("mmprof_version", __version__)
+    meta.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    meta.setdefault("source", {"format": "unknown", "files": []})
+    meta.setdefault("ranks", [{"rank": r} for r in profile.ranks])
+    meta.setdefault("clock", {"unit": "ns", "note": "per-rank timeline; not wall clock"})
+    return {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "meta": meta}
 
 
 def _json_safe(v: Any, depth: int = 0) -> Any:
@@ -131,12 +147,21 @@ def _json_safe(v: Any, depth: int = 0) -> Any:
 
 def save_profile(profile: Profile, path: str | os.PathLike) -> Path:
     """Write the profile atomically; gzip when the name ends in `.gz`, xz (preset 6) when it ends in `.xz`."""
-    profile.meta.update({k: v for k, v in to_dict(profile)["meta"].items() if k not in profile.meta})
+    profile.meta.update({k: v for k, v in to_dict_header(profile)["meta"].items() if k not in profile.meta})
     if str(path).endswith(".xz"):
         import lzma
 
-        return atomic_write(path, lzma.compress(dumps(profile), format=lzma.FORMAT_XZ), compress=False)
-    return atomic_write(path, dumps(profile))
+        with atomic_output(path, compress=False) as f, lzma.LZMAFile(f, "wb", format=lzma.FORMAT_XZ) as x:
+            for part in dumps_parts(profile):
+                x.write(part)
+    else:
+        with atomic_output(path) as f:
+            for part in dumps_parts(profile):
+                f.write(part)
+    if str(path) == "-":
+        return Path("-")
+    p = Path(path)
+    return Path(os.path.realpath(p)) if p.is_symlink() else p
 
 
 def from_dict(doc: Any, where: str = "profile") -> Profile:

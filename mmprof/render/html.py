@@ -1,4 +1,5 @@
-"""One self-contained HTML file for a diff (and a report): inline CSS and inline SVG plots, no script, no network.
+"""One self-contained HTML file for a diff, a report, a fast-path verdict (`verify-fastpath --html`) or per-rank
+shapes (`shapes --html`): inline CSS and inline SVG plots, no script, no network.
 
 Plots: before/after stacked category bars, time per layer (before vs after), and the top matched-work deltas.
 Every string from a trace passes through `mmprof.render.safe.visible` (control characters shown as escapes) and
@@ -13,7 +14,8 @@ from html import escape as _esc
 
 from mmprof.analysis.timeline.breakdown import CATEGORIES, LABELS
 from mmprof.render.safe import visible
-from mmprof.units import fmt_ns, fmt_pct
+from mmprof.render.shapes_tables import comparison_line, headline, shape_tables
+from mmprof.units import fmt_ms, fmt_ns, fmt_ns_pair, fmt_pct
 
 COLORS = {"compute_bound": "#d62728", "memory_bound": "#1f77b4", "unattributed": "#9e9e9e",
           "communication": "#ff7f0e", "memcpy": "#8c564b", "idle_host": "#e377c2", "idle_other": "#dddddd",
@@ -115,18 +117,41 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
             + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
 
 
+def _compared_html(d) -> list[str]:
+    """What is compared (a table), the flags, the plain timings and the profiler's cost, before the verdict."""
+    comp = getattr(d, "compared", None)
+    out = []
+    if comp is not None:
+        out.append("<h2>What is compared</h2>" + _table(["", "before", "after", ""], [
+            [e(r.label), e(r.before), e(r.after), "&ne;" if r.same is False else ""]
+            for r in comp.rows if not (r.before == "unknown" and r.after == "unknown")]))
+    out += [f'<p class="warn">warning: {e(w)}</p>' for w in (getattr(d, "preface", []) or [])]
+    for side in ("before", "after"):
+        t = (d.plain or {}).get(side)
+        if t:
+            cost = f"; profiler's cost {t['cost']:.2f}x" if t.get("cost") else ""
+            out.append(f'<p class="note">plain {e(side)}: {e(t["text"] + cost)}</p>')
+    out += [f'<p class="warn">profiler: {e(c)}</p>' for c in (comp.caveats if comp else [])]
+    return out
+
+
 def diff_html(d, top: int = 15) -> str:
     """A self-contained HTML page for a DiffResult."""
     title = f"mmprof diff: {d.before} -> {d.after}"
     pre = list(getattr(d, "preface", []) or [])
     body = [f"<h1>{e(title)} <small>({e(d.phase)}{', rank ' + e(d.rank) if d.rank is not None else ''})</small></h1>"]
-    body += [f'<p class="warn">warning: {e(w)}</p>' for w in pre]  # what is compared, before the verdict
+    body += _compared_html(d)  # what is compared, before the verdict
     body.append(f'<p class="verdict">{e(d.verdict)}</p>')
-    if d.plain:  # the timing without the profiler, right under the profiled verdict
-        body.append(f'<p class="note">{e(d.plain["text"])}</p>')
-    body.append("<h2>Step time</h2>" + _table(["phase", "before", "after", "change", "steps before", "steps after"], [
-        [e(s.phase), e(fmt_ns(s.before_ns)), e(fmt_ns(s.after_ns)), e(fmt_pct(s.change, True)), e(s.before_steps),
-         e(s.after_steps)] for s in d.steps]))
+    ans = getattr(d, "answer", None)
+    if ans is not None:
+        body.append("<ul>" + "".join(f"<li><b>{e('missing data' if k == 'missing' else k)}</b>: {e(t)}</li>"
+                                     for k, t in ans.lines)
+                    + "".join(f"<li>{e(s.line)}</li>" for s in d.steps if s.phase != d.phase and s.line) + "</ul>")
+    body.append("<h2>Step time (median over steps)</h2>" + _table(
+        ["phase", "before", "after", "change", "noise band", "steps before", "steps after"], [
+            [e(s.phase), *(e(x) for x in fmt_ns_pair(s.before_ns, s.after_ns)), e(fmt_pct(s.change, True)),
+             e(f"{s.band['lo']:+.1%} to {s.band['hi']:+.1%}" if s.band else "-"), e(s.before_steps),
+             e(s.after_steps)] for s in d.steps]))
     body.append(f"<h2>Where the wall time went ({e(d.phase)})</h2>")
     body.append(_stacked([("before", {c.category: c.before_share for c in d.categories}),
                           ("after", {c.category: c.after_share for c in d.categories})]))
@@ -152,7 +177,7 @@ def diff_html(d, top: int = 15) -> str:
             [f"<code>{e(r.key)}</code>", e(fmt_ns(r.before_ns)), e(fmt_ns(r.after_ns)), e(fmt_ns(r.delta_ns)),
              e(fmt_pct(r.change, True))] + ([f"<code>{e(r.before_detail or '-')} -&gt; {e(r.after_detail or '-')}</code>"]
                                             if detail else []) for r in rows[:top]]))
-    body += [f'<p class="note">note: {e(n)}</p>' for n in d.notes if not (d.plain and n == d.plain["text"])]
+    body += [f'<p class="note">note: {e(n)}</p>' for n in d.notes]
     body += [f'<p class="warn">warning: {e(w)}</p>' for w in d.warnings if w not in pre]
     return _page(title, body)
 
@@ -172,3 +197,58 @@ def report_html(report, top: int = 15) -> str:
     body += [f'<p class="note">note: {e(n)}</p>' for n in report.notes]
     body += [f'<p class="warn">warning: {e(w)}</p>' for w in report.warnings]
     return _page("mmprof report", body)
+
+
+_STATUS = {"pass": ("PASS", "#27ae60"), "fail": ("FAIL", "#c0392b"), "no_evidence": ("NO EVIDENCE", "#b7791f"),
+           "not_applicable": ("N/A", "#607d8b")}
+
+
+def verify_html(result) -> str:
+    """A self-contained page for a VerifyResult: the verdict, every check with its detail, evidence and what it
+    was judged from, and what ran per region."""
+    verdict = {0: "PASS", 1: "FAIL", 2: "NO EVIDENCE (never a pass)"}[result.exit_code]
+    c = result.counts()
+    title = f"mmprof verify-fastpath: {verdict}"
+    body = [f"<h1>{e(title)}</h1>",
+            f"<p class=verdict>spec <code>{e(result.spec_id)}</code> ({e(result.spec_source)}) on "
+            f"<code>{e(result.profile or '-')}</code>: {c['pass']} passed, {c['fail']} failed, {c['no_evidence']} "
+            f"without evidence, {c['not_applicable']} not applicable; {result.events:,} events, "
+            f"{result.attributed:,} in regions</p>"]
+    body += [f'<p class="warn">warning: {e(w)}</p>' for w in result.warnings]
+    rows = []
+    for r in result.results:
+        label, color = _STATUS[r.status]
+        ev = "".join(f"<br>&bull; <code>{e(x)}</code>" for x in r.evidence)
+        rows.append([e(r.code), e(r.id), f'<b style="color:{color}">{e(label)}</b>',
+                     f"{e(r.message)}{ev}", e(r.judged_from or "-")])
+    body.append("<h2>Checks</h2>" + _table(["code", "check", "result", "detail", "judged from"], rows))
+    if result.regions:
+        body.append("<h2>What ran per region</h2>" + _table(
+            ["region (layers)", "family / variant", "library", "count", "time", "share"],
+            [[e(f"{g.region} ({g.layers})" if g.layers else g.region),
+              f"<code>{e(v['family'])} / {e(v['variant'])}</code>" + (" (fallback)" if v["path"] == "fallback" else ""),
+              e(v["library"]), e(f"{v['count']:,}"), e(fmt_ms(v["time_ns"]) + " ms"), e(f"{100 * v['share']:.0f}%")]
+             for g in result.regions for v in g.variants]))
+    return _page(title, body)
+
+
+def shapes_html(res) -> str:
+    """A self-contained page for a ShapesResult."""
+    title = "mmprof shapes"
+    body = [f"<h1>{e(title)}</h1>"]
+    if res.ranks:
+        body.append(f"<p class=verdict>{e(headline(res))}</p>")
+        for t in shape_tables(res):
+            body.append(f"<h2>{e(t.title)}</h2>" + _table(t.header, [[e(x) for x in r] for r in t.rows]))
+    line = comparison_line(res)
+    if line:
+        body.append(f"<h2>Comparison</h2><p>{e(line)}</p>")
+        if res.comparison.unmatched:
+            body.append("<ul>" + "".join(f"<li>rank {e(u['rank'])} <code>{e(u['scope'])}</code>: {e(u['why'])}</li>"
+                                         for u in res.comparison.unmatched[:20]) + "</ul>")
+    body.append("<h2>Findings</h2>" + (_table(["code", "severity", "finding", "detail"],
+                                              [[e(f.code), e(f.severity), e(f.title), e(f.message)]
+                                               for f in res.findings])
+                                       if res.findings else "<p>no findings</p>"))
+    body += [f'<p class="note">note: {e(n)}</p>' for n in res.notes]
+    return _page(title, body)

@@ -35,7 +35,8 @@ def to_xml(result: Any, suite_name: str = "mmprof.verify-fastpath") -> bytes:
         ET.SubElement(props, "property", name=k, value=v(val))
     for r in result.results:
         case = ET.SubElement(suite, "testcase", classname=v(f"{result.spec_id}.{r.code}"), name=v(r.id), time="0")
-        body = "\n".join(v(x) for x in [r.message, *r.evidence])  # one line per item: a name cannot add one
+        judged = [f"judged from: {r.judged_from}"] if getattr(r, "judged_from", "") else []
+        body = "\n".join(v(x) for x in [r.message, *r.evidence, *judged])  # one line per item: a name cannot add one
         if r.status == "fail":
             el = ET.SubElement(case, "failure", message=v(f"{r.code} {r.message}")[:1000], type=v(r.code))
             el.text = body

@@ -1,4 +1,5 @@
-"""Markdown for a pull-request comment: `mmprof diff --markdown FILE` (and the report, for completeness).
+"""Markdown for a pull-request comment: `mmprof diff --markdown FILE`, `verify-fastpath --markdown` (the gate's
+verdict per check), `shapes --markdown` (per-rank shapes), and the report.
 
 Trace strings are escaped three times over: control characters become visible escapes (`mmprof.render.safe`),
 HTML-significant characters become entities (GitHub renders inline HTML) and Markdown punctuation is
@@ -10,7 +11,8 @@ from __future__ import annotations
 import re
 
 from mmprof.render.safe import visible
-from mmprof.units import fmt_ns, fmt_pct
+from mmprof.render.shapes_tables import comparison_line, headline, shape_tables
+from mmprof.units import fmt_ms, fmt_ns, fmt_ns_pair, fmt_pct
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-!|~])")
 
@@ -30,17 +32,39 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
+def _compared_md(d) -> list[str]:
+    """The what-is-compared table, the flags and the profiler's cost, before the verdict."""
+    comp = getattr(d, "compared", None)
+    out: list[str] = []
+    if comp is not None:
+        rows = [[md_escape(r.label), md_escape(r.before), md_escape(r.after), "≠" if r.same is False else ""]
+                for r in comp.rows if not (r.before == "unknown" and r.after == "unknown")]
+        out += _table(["what is compared", md_escape(d.before), md_escape(d.after), ""], rows) + [""]
+    out += [x for w in (getattr(d, "preface", []) or []) for x in (f"> ⚠ {md_escape(w)}", "")]
+    for side in ("before", "after"):
+        t = (d.plain or {}).get(side)
+        if t:
+            cost = f"; profiler's cost {t['cost']:.2f}x" if t.get("cost") else ""
+            out += [f"- plain {side}: {md_escape(t['text'] + cost)}"]
+    out += [f"- profiler: {md_escape(c)}" for c in (comp.caveats if comp else [])]
+    return out + ([""] if out and out[-1] != "" else [])
+
+
 def diff_markdown(d, top: int = 10) -> str:
-    """The DiffResult as a Markdown comment: verdict first, then tables."""
+    """The DiffResult as a Markdown comment: what is compared, the verdict and its reasons, then tables."""
     lines = [f"### mmprof diff: {md_escape(d.before)} → {md_escape(d.after)} ({md_escape(d.phase)}"
              + (f", rank {d.rank}" if d.rank is not None else "") + ")", ""]
     pre = list(getattr(d, "preface", []) or [])
-    lines += [x for w in pre for x in (f"> ⚠ {md_escape(w)}", "")]  # what is compared, before the verdict
+    lines += _compared_md(d)
     lines += [f"**Verdict:** {md_escape(d.verdict)}", ""]
-    if d.plain:  # the timing without the profiler, right under the profiled verdict
-        lines += [md_escape(d.plain["text"]), ""]
-    lines += _table(["phase", "before", "after", "change"],
-                    [[md_escape(s.phase), fmt_ns(s.before_ns), fmt_ns(s.after_ns), fmt_pct(s.change, True)] for s in d.steps])
+    ans = getattr(d, "answer", None)
+    if ans is not None:
+        lines += [f"- {md_escape(('missing data' if k == 'missing' else k) + ': ' + t)}" for k, t in ans.lines]
+        lines += [f"- {md_escape(s.line)}" for s in d.steps if s.phase != d.phase and s.line] + [""]
+    lines += _table(["phase", "before", "after", "change", "noise band", "steps"],
+                    [[md_escape(s.phase), *fmt_ns_pair(s.before_ns, s.after_ns), fmt_pct(s.change, True),
+                      (f"{s.band['lo']:+.1%} to {s.band['hi']:+.1%}" + (" (within noise)" if s.within_noise else ""))
+                      if s.band else "-", f"{s.before_steps} / {s.after_steps}"] for s in d.steps])
     lines += ["", f"**Where the wall time went ({md_escape(d.phase)})**", ""]
     lines += _table(["category", "before", "after", "delta"],
                     [[(f"**{c.label}**" if c.category in d.dominant else c.label), fmt_pct(c.before_share),
@@ -69,8 +93,7 @@ def diff_markdown(d, top: int = 10) -> str:
             body.append(row)
         lines += _table(header, body) + ["", "</details>"]
     for n in d.notes:
-        if not (d.plain and n == d.plain["text"]):
-            lines += ["", f"_note: {md_escape(n)}_"]
+        lines += ["", f"_note: {md_escape(n)}_"]
     for w in d.warnings:
         if w not in pre:
             lines += ["", f"> ⚠ {md_escape(w)}"]
@@ -93,16 +116,75 @@ def report_markdown(report, top: int = 10) -> str:
     return "\n".join(lines) + "\n"
 
 
+_STATUS = {"pass": "✅ PASS", "fail": "❌ FAIL", "no_evidence": "⚠️ NO EVIDENCE", "not_applicable": "➖ N/A"}
+_VERDICT = {0: "✅ PASS", 1: "❌ FAIL", 2: "⚠️ NO EVIDENCE (never a pass)"}
+
+
+def verify_markdown(result, verbose: bool = False) -> str:
+    """The VerifyResult as a PR comment: the gate's verdict first, one row per check with its detail and the
+    evidence it was judged from, then what ran per region."""
+    c = result.counts()
+    lines = [f"### mmprof verify-fastpath: {_VERDICT[result.exit_code]}", "",
+             f"spec `{md_escape(result.spec_id)}` ({md_escape(result.spec_source)}) on "
+             f"{md_escape(result.profile or '-')}: "
+             f"{c['pass']} passed, {c['fail']} failed, {c['no_evidence']} without evidence, "
+             f"{c['not_applicable']} not applicable; {result.events:,} events, {result.attributed:,} in regions", ""]
+    lines += [f"> ⚠ {md_escape(w)}" for w in result.warnings] + ([""] if result.warnings else [])
+    rows = []
+    for r in result.results:
+        detail = md_escape(_short(r.message, 400))
+        if r.evidence and (r.status != "pass" or verbose):
+            detail += "<br>" + "<br>".join("• " + md_escape(_short(x, 160)) for x in r.evidence[:6])
+        rows.append([r.code, md_escape(r.id), _STATUS[r.status], detail, md_escape(r.judged_from or "-")])
+    lines += _table(["code", "check", "result", "detail", "judged from"], rows)
+    if result.regions:
+        lines += ["", "<details><summary>what ran per region</summary>", ""]
+        lines += _table(["region (layers)", "family / variant", "library", "count", "ms", "share"], [
+            [md_escape(f"{g.region} ({g.layers})" if g.layers else g.region),
+             md_escape(f"{v['family']} / {_short(str(v['variant']), 50)}")
+             + (" (fallback)" if v["path"] == "fallback" else ""),
+             md_escape(v["library"]), f"{v['count']:,}", fmt_ms(v["time_ns"]), f"{100 * v['share']:.0f}%"]
+            for g in result.regions for v in g.variants[:3]])
+        lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def shapes_markdown(res) -> str:
+    """The ShapesResult as Markdown: the layout's per-rank tables, the comparison with a trace, the findings."""
+    lines = ["### mmprof shapes", ""]
+    if res.ranks:
+        lines += [f"**{md_escape(headline(res))}**", ""]
+        for t in shape_tables(res):
+            lines += [f"**{md_escape(t.title)}**", ""]
+            lines += _table([md_escape(h) for h in t.header], [[md_escape(x) for x in r] for r in t.rows]) + [""]
+    line = comparison_line(res)
+    if line:
+        lines += [md_escape(line), ""]
+        lines += [f"- rank {u['rank']} `{md_escape(u['scope'])}`: {md_escape(u['why'])}"
+                  for u in res.comparison.unmatched[:8]]
+        lines += [""] if res.comparison.unmatched else []
+    if res.findings:
+        lines += _table(["code", "severity", "finding", "detail"],
+                        [[f.code, f.severity, md_escape(f.title), md_escape(_short(f.message, 300))]
+                         for f in res.findings])
+    else:
+        lines.append("no findings")
+    lines += [""] + [f"> {md_escape(n)}" for n in res.notes]
+    return "\n".join(lines) + "\n"
+
+
 CHECKS_HEADER = """# Check codes
 
 Stable codes in the style of ruff's registry: `FP` for fast-path checks and assertion kinds, `SH` for shape
 findings. `mmprof/rules/checks.toml` is the machine-readable source; `mmprof rules` lists them (`--json`, or
 `mmprof rules CODE` for one) and this section is generated from it (`mmprof rules --markdown`); a test keeps
-the two in sync. FP000-FP004 run as built-in checks (select them with `checks = [...]` in a spec); FP003-FP006
-are also the codes spec assertions report under (`require` / `dispatch` -> FP003, `forbid` -> FP004,
-`max_launches` -> FP005, `forbid_pattern` -> FP006). LG codes judge the engine's own log (docs/logs.md): `kind = "log"`
-assertions report under LG001, and LG002 runs whenever the profile holds a log. SH codes are the findings of
-`mmprof shapes`.
+the two in sync. Each code is one check, named after what a pass means. FP000-FP004 run as built-in checks
+(select them with `checks = [...]` in a spec); FP005-FP009 are the codes spec assertions report under
+(`max_launches` -> FP005, `forbid_pattern` -> FP006, `require` -> FP007, `dispatch` -> FP008, `forbid` ->
+FP009). LG codes judge the engine's own log (docs/logs.md): `kind = "log"` assertions report under LG001, and
+LG002 runs whenever the profile holds a log. SH codes are the findings of `mmprof shapes`. **Evidence** says what a
+check needs to pass: without it a check is NO EVIDENCE or NOT APPLICABLE, never a pass. **Formerly** records a
+renamed check or a code that took over part of another's meaning (docs/fastpath.md, "Migration").
 """
 
 
@@ -112,5 +194,7 @@ def checks_markdown(checks) -> str:
     for c in checks:
         parts.append(f"## {c.code} {c.name}\n\nStatus: {c.status}; severity: {c.severity}.\n\n{c.summary}\n\n"
                      f"**What it does.** {c.what}\n\n**Why is this bad?** {c.why}\n\n**Example.** {c.example}\n\n"
-                     f"**Known problems.** {c.known_problems}\n")
+                     f"**Known problems.** {c.known_problems}\n"
+                     + (f"\n**Evidence.** {c.evidence}\n" if c.evidence else "")
+                     + (f"\n**Formerly.** {c.formerly}\n" if c.formerly and c.formerly != "-" else ""))
     return "\n".join(parts)

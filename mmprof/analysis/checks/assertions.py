@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from dataclasses import dataclass
 from typing import Any
 
-from mmprof.analysis.checks.context import (MAX_EVIDENCE, CheckResult, Context, model_has, phases_present, ran_instead,
-                                            scoped, seen_regions, top_kernels)
+from mmprof.analysis.checks.context import (LABEL_SOURCE, MAX_EVIDENCE, CheckResult, Context, model_has,
+                                            phases_present, ran_instead, region_mask, scoped, seen_regions,
+                                            top_kernels)
 from mmprof.analysis.checks.registry import check, implementation
 from mmprof.analysis.checks.selectors import bounded_search
 from mmprof.analysis.checks.spec import KINDS, Assertion, glob_mask, unique_map
@@ -34,14 +36,42 @@ def evaluate(a: Assertion, ctx: Context) -> CheckResult:
     phases = phases_present(ctx.events) if a.kind != "dispatch" else \
         sorted({str(p) for p in ctx.dispatch["phase"].dropna().unique()}) if len(ctx.dispatch) else []
     if a.phase or len(phases) < 2 or a.kind in ("forbid_pattern", "log"):  # a log fact is of the run, not a phase
-        return fn(a, ctx)
-    parts = {}
-    for p in phases:
-        r = fn(dataclasses.replace(a, phase=p), ctx)
-        if a.kind == "require" and r.status == "no_evidence":
-            r = _absent_in_phase(a, ctx, p) or r
-        parts[p] = r
-    return _combine(a, parts, ctx)
+        r = fn(a, ctx)
+        if ctx.step_source not in (None, "markers") and a.kind in ("require", "max_launches"):
+            r.message += f" (steps: {ctx.step_source})"
+    else:
+        parts = {}
+        for p in phases:
+            r = fn(dataclasses.replace(a, phase=p), ctx)
+            if a.kind == "require" and r.status == "no_evidence":
+                r = _absent_in_phase(a, ctx, p) or r
+            parts[p] = r
+        r = _combine(a, parts, ctx)
+    r.judged_from = r.judged_from or judged_from(a, ctx)
+    return r
+
+
+def judged_from(a: Assertion, ctx: Context) -> str:
+    """The evidence an assertion's verdict stands on, in words: the dispatch log, or where the region labels came
+    from plus the kernels' classes, and where the steps and phases came from when the profile does not carry them."""
+    if a.kind == "dispatch":
+        return "dispatch log"
+    if a.kind == "log":
+        return "the engine's log (rules/logs.toml) and the kernels each fact concerns"
+    parts = []
+    if a.region and "*" not in a.region:
+        ev = ctx.events
+        m = region_mask(ev, a.region) if len(ev) else None
+        srcs = sorted({LABEL_SOURCE.get(x, str(x)) for x in ev.loc[m, "label_source"].dropna().unique()}) \
+            if m is not None and "label_source" in ev else []
+        parts.append("regions from " + (" and ".join(srcs) if srcs else "nothing (no event in the region)"))
+    parts.append("kernel names" if a.kind == "forbid_pattern" else
+                 "kernel classes" if ctx.source == "kernels" else "CPU op classes")
+    if ctx.step_source not in (None, "markers"):
+        parts.append(f"steps: {ctx.step_source}")
+    if ctx.phase_source not in (None, "annotations"):
+        parts.append(f"phases {ctx.phase_source}")
+    return "; ".join(parts)
 
 
 def _subject_part(glob: str) -> str | None:
@@ -74,14 +104,19 @@ def _subject_missing(a: Assertion, ctx: Context) -> CheckResult | None:
 
 def _combine(a: Assertion, parts: dict[str, CheckResult], ctx: Context) -> CheckResult:
     """One verdict from the per-phase ones: a failure in any phase fails (the phase named first), a pass needs a
-    pass in at least one phase, the rest is said; all without evidence stays without evidence."""
+    pass in at least one phase (for `require`, in every phase that is not N/A: a phase without evidence makes it
+    no evidence), the rest is said; all without evidence stays without evidence."""
     st = {p: r.status for p, r in parts.items()}
     status = "fail" if "fail" in st.values() else "pass" if "pass" in st.values() else \
         "not_applicable" if set(st.values()) == {"not_applicable"} else "no_evidence"
+    if status == "pass" and a.kind == "require" and "no_evidence" in st.values():
+        status = "no_evidence"  # a required fast path must cover every phase: one it cannot see is not covered
     order = sorted(parts, key=lambda p: (st[p] != "fail", list(parts).index(p)))
     msg = "; ".join(f"{p}: {parts[p].message}" for p in order)
     evidence = [f"{p}: {e}" for p in order for e in parts[p].evidence]
-    src = f" (phases {ctx.phase_source})" if ctx.phase_source and ctx.phase_source != "annotations" else ""
+    src = f" (steps: {ctx.step_source})" if ctx.step_source not in (None, "markers") and a.kind in (
+        "require", "max_launches") else ""
+    src += f" (phases {ctx.phase_source})" if ctx.phase_source and ctx.phase_source != "annotations" else ""
     # the first phase's data (the failing one first) stays at the top, as for a single-phase result
     data = {**parts[order[0]].data, "phases": {p: {"status": r.status, "message": r.message, **r.data}
                                                for p, r in parts.items()}}
@@ -116,48 +151,118 @@ def _absent_in_phase(a: Assertion, ctx: Context, phase: str) -> CheckResult | No
                   [f"ran instead: {instead}"], region_events=0, steps=steps)
 
 
-@check("FP003", "require")
+@check("FP007", "require")
 def _require(a: Assertion, ctx: Context) -> CheckResult:
     ev = scoped(a, ctx.events)
     where = "|".join(a.region)
     if not len(ev):
         return result(a, "no_evidence", f"region {where} matched no events; {seen_regions(ctx.events)}")
     hit = ev[a.selector.mask(ev)]
-    problems, evidence = [], []
+    cov = step_coverage(a, ctx, ev, hit)
     share = float(hit["dur_ns"].sum()) / float(ev["dur_ns"].sum()) if ev["dur_ns"].sum() > 0 else (1.0 if len(hit) else 0.0)
-    layered = (ev["layer"] >= 0).any()
+    problems, evidence = [], []
+    sel = a.selector.describe()
+    if cov.share < a.min_step_share:
+        if cov.missing_keys:
+            layers = {k[2] for k in cov.missing_keys}
+            problems.append(f"{sel} missing in layers {fmt_ranges(layers)} ({len(cov.missing_keys)} of "
+                            f"{cov.layer_steps} layer-steps; steps {fmt_ranges({k[1] for k in cov.missing_keys})})")
+        problems.append(f"{sel} carried {where} in {cov.covered} of {cov.judged} steps ({cov.share:.0%}; the spec "
+                        f"asks {'every step' if a.min_step_share >= 1 else f'{a.min_step_share:.0%} of them'})"
+                        + (f"; not in steps {fmt_ranges(cov.uncovered_steps)}" if cov.uncovered_steps else ""))
+        if cov.ran_instead is not None and len(cov.ran_instead):
+            evidence.append("ran instead: " + "; ".join(top_kernels(cov.ran_instead, 4)))
+    if a.min_time_share is not None and share < float(a.min_time_share):
+        problems.append(f"{sel} is {share:.1%} of {where} time, below {float(a.min_time_share):.0%}")
+    if not problems and not len(hit):  # defensive: a pass needs the fast path to have run at all
+        problems.append(f"{sel} never ran in {where}")
+    data = {"region_events": int(len(ev)), "matched_events": int(len(hit)), "time_share": share,
+            "steps": cov.judged, "steps_covered": cov.covered, "step_share": cov.share,
+            "uncovered_steps": fmt_ranges(cov.uncovered_steps), "unjudged_steps": cov.unjudged,
+            "layers": fmt_ranges(ev["layer"]), "missing_layers": fmt_ranges({k[2] for k in cov.missing_keys}),
+            "min_step_share": a.min_step_share}
+    note = cov.note()
+    if problems:
+        return result(a, "fail", "; ".join(problems) + note, evidence, **data)
+    layers = f", layers {fmt_ranges(hit['layer'])}" if (hit["layer"] >= 0).any() else ""
+    return result(a, "pass", f"{sel} ran in {where} in {cov.covered} of {cov.judged} steps"
+                  f"{' (every layer)' if a.every_layer and cov.layer_steps else ''}: {len(hit)} of {len(ev)} events, "
+                  f"{share:.1%} of its time{layers}{note}", top_kernels(hit, 3), **data)
+
+
+@dataclass
+class Coverage:
+    """How much of a region's steps a required fast path carried (the steps of one phase, or of the run)."""
+
+    judged: int                # steps in which the region's layers ran (or the region did, for model-level regions)
+    covered: int               # of those, steps in which the selector carried the region (every layer, or once)
+    uncovered_steps: set[int]
+    unjudged: int              # steps whose events have no layer at all (nothing attributed): not judged
+    layer_steps: int           # (rank, step, layer) groups of the region
+    missing_keys: set[tuple[int, int, int]]
+    ran_instead: Any           # the region's events in the steps / layers the selector did not cover
+    steps_known: bool
+
+    @property
+    def share(self) -> float:
+        return self.covered / self.judged if self.judged else 0.0
+
+    def note(self) -> str:
+        if not self.steps_known:
+            return " (steps unknown: no step markers or forward boundaries, the profile counts as one step)"
+        return f" ({self.unjudged} steps without attributed layers not judged)" if self.unjudged else ""
+
+
+def step_coverage(a: Assertion, ctx: Context, ev: Any, hit: Any) -> Coverage:
+    """The steps of `a`'s phase (all steps without one) in which the model's layers ran, and in which of them the
+    selector's events `hit` ran in every layer of the region (`every_layer`), or at least once."""
+    all_ev = ctx.events
+    if a.phase:
+        all_ev = all_ev[(all_ev["phase"] == a.phase).to_numpy(dtype=bool)]
+    layered_region = (ev["layer"] >= 0).any()
+    keys2 = ["rank", "step"]
+    region_steps = set(map(tuple, ev[keys2].drop_duplicates().to_numpy().tolist()))
+    if layered_region:
+        lay = all_ev[(all_ev["layer"] >= 0).to_numpy(dtype=bool)]
+        if a.layers is not None:
+            lay = lay[lay["layer"].isin(list(a.layers)).to_numpy(dtype=bool)]
+        steps = set(map(tuple, lay[keys2].drop_duplicates().to_numpy().tolist())) | region_steps
+    else:
+        steps = region_steps
+    every = set(map(tuple, all_ev[keys2].drop_duplicates().to_numpy().tolist()))
+    unjudged = len(every - steps)
     missing_keys: set[tuple[int, int, int]] = set()
-    if a.every_layer and layered:
+    layer_steps = 0
+    if a.every_layer and layered_region:
         keys = ["rank", "step", "layer"]
         all_keys = set(map(tuple, ev[keys].drop_duplicates().to_numpy().tolist()))
         have = set(map(tuple, hit[keys].drop_duplicates().to_numpy().tolist()))
         missing_keys = all_keys - have
-        if missing_keys:
-            layers = {k[2] for k in missing_keys}
-            steps = {k[1] for k in missing_keys}
-            problems.append(f"{a.selector.describe()} missing in layers {fmt_ranges(layers)} "
-                            f"({len(missing_keys)} of {len(all_keys)} layer-steps; steps {fmt_ranges(steps)})")
-            idx = ev.set_index(keys).index
-            ran = ev[idx.isin(list(missing_keys))]
-            evidence.append("ran instead: " + "; ".join(top_kernels(ran, 4)))
-    elif not len(hit):
-        problems.append(f"{a.selector.describe()} never ran in {where}")
-        evidence.append("ran instead: " + "; ".join(top_kernels(ev, 4)))
-    if a.min_time_share is not None and share < float(a.min_time_share):
-        problems.append(f"{a.selector.describe()} is {share:.1%} of {where} time, below {float(a.min_time_share):.0%}")
-    data = {"region_events": int(len(ev)), "matched_events": int(len(hit)), "time_share": share,
-            "layers": fmt_ranges(ev["layer"]), "missing_layers": fmt_ranges({k[2] for k in missing_keys})}
-    if problems:
-        return result(a, "fail", "; ".join(problems), evidence, **data)
-    return result(a, "pass", f"{a.selector.describe()} ran in {where}: {len(hit)} of {len(ev)} events, "
-                   f"{share:.1%} of its time, layers {fmt_ranges(hit['layer'])}", top_kernels(hit, 3), **data)
+        layer_steps = len(all_keys)
+        bad_steps = {k[:2] for k in missing_keys}
+        covered = {k[:2] for k in have} - bad_steps
+    else:
+        covered = set(map(tuple, hit[keys2].drop_duplicates().to_numpy().tolist()))
+    covered &= steps
+    uncovered = steps - covered
+    if missing_keys:
+        idx = ev.set_index(["rank", "step", "layer"]).index
+        instead = ev[idx.isin(list(missing_keys))]
+    elif uncovered:
+        instead = ev[[tuple(k) in uncovered for k in ev[keys2].to_numpy().tolist()]]
+    else:
+        instead = None
+    steps_known = bool((all_ev["step"] >= 0).any())
+    return Coverage(judged=len(steps), covered=len(covered), uncovered_steps={s for _, s in uncovered},
+                    unjudged=unjudged, layer_steps=layer_steps, missing_keys=missing_keys, ran_instead=instead,
+                    steps_known=steps_known)
 
 
 def _parent_globs(globs: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(g.rsplit(".", 1)[0] + ".*" if "." in g else "*" for g in globs)
 
 
-@check("FP004", "forbid")
+@check("FP009", "forbid")
 def _forbid(a: Assertion, ctx: Context) -> CheckResult:
     ev = scoped(a, ctx.events)
     where = "|".join(a.region) or "the profile"  # no region: anywhere ("in the profile", not "in anywhere")
@@ -222,7 +327,7 @@ def _forbid_pattern(a: Assertion, ctx: Context) -> CheckResult:
     return result(a, "pass", f"none of {len(ev)} events ({ev['name'].nunique()} names) match /{a.pattern}/")
 
 
-@check("FP003", "dispatch")
+@check("FP008", "dispatch")
 def _dispatch(a: Assertion, ctx: Context) -> CheckResult:
     d = ctx.dispatch
     if not len(d):

@@ -9,14 +9,18 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.checks.spec import Assertion, glob_mask
+from mmprof.errors import BadInput
 from mmprof.labels import region_pattern
+from mmprof.modelspec import ModelSpec
 from mmprof.units import fmt_ns
 
 
 @dataclass
 class CheckResult:
     """The verdict of one assertion or built-in check. status: pass | fail | no_evidence | not_applicable (the
-    model has no such part: neither a pass nor missing evidence; the exit code follows the other checks)."""
+    model has no such part: neither a pass nor missing evidence; the exit code follows the other checks).
+    `judged_from` names the evidence the verdict stands on (dispatch log, scope labels, module events, kernel
+    classes, ...)."""
 
     id: str
     code: str
@@ -26,13 +30,22 @@ class CheckResult:
     description: str = ""
     evidence: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    judged_from: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "code": self.code, "kind": self.kind, "status": self.status, "message": self.message,
-                "description": self.description, "evidence": self.evidence, "data": self.data}
+                "description": self.description, "evidence": self.evidence, "judged_from": self.judged_from,
+                "data": self.data}
 
 
 MAX_EVIDENCE = 12
+
+# where an event's region label came from (mmprof.analysis.attribution.structure), for messages
+LABEL_SOURCE = {"annotation": "scope labels", "module": "module events", "op": "engine custom ops",
+                 "shape": "op shapes (--model)", "family": "kernel families",
+                 "replay-name": "graph replays aligned with eager kernels",
+                 "replay-family": "graph replays aligned with eager kernels",
+                 "replay-between": "graph replays aligned with eager kernels"}
 
 
 @dataclass
@@ -43,8 +56,10 @@ class Context:
     meta: dict[str, Any]
     sparse_layers: Any = None
     moe_layers: Any = None
-    phase_source: str | None = None  # where the events' phases come from (infer_phases); None: unknown
+    phase_source: str | None = None  # where the events' phases come from (checks.steps.infer_phases); None: unknown
+    step_source: str | None = None   # where the steps come from (checks.steps.infer_steps); None: no steps known
     model: Any = None  # the --model ModelSpec, when given: what the model has (experts, shared expert, indexer)
+    engine: Any = None  # mmprof.analysis.shapes.engines.EngineGuess: the engine and platform that wrote the trace
     log: Any = None  # mmprof.analysis.logs.join.LogReport: the engine log's facts and their kernels (None: no log)
 
 
@@ -101,60 +116,6 @@ def seen_regions(events: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ phases
-PHASE_FROM_EMBEDDING = "inferred per step from aten::embedding's token ids (prefill: more than one token per sequence)"
-
-
-def _embedding_tokens(dims_text: Any) -> int | None:
-    """Tokens per sequence of one aten::embedding call: input_dims [[vocab, hidden], [batch, tokens], ...]."""
-    import json
-
-    if not isinstance(dims_text, str):
-        return None
-    try:
-        dims = json.loads(dims_text)
-    except ValueError:
-        return None
-    if isinstance(dims, list) and len(dims) > 1 and isinstance(dims[1], list) and len(dims[1]) == 2 \
-            and all(isinstance(x, int) for x in dims[1]):
-        return int(dims[1][1])
-    return None
-
-
-def infer_phases(profile: Any, events: Any) -> tuple[Any, str | None]:
-    """Events with a phase per step: the Profile's `phase` column where any event has one (annotations, engine
-    steps; values other than prefill/decode are kept as they are), else inferred from the token ids of the step's
-    aten::embedding (a generate() loop: prefill embeds the prompt, decode one token per sequence), else none."""
-    if not len(events):
-        return events, None
-    if events["phase"].notna().any():
-        return events, "annotations"
-    if not (events["step"] >= 0).any() or not profile.n("ops"):
-        return events, None
-    names = profile.col("ops", "name", decode=True)
-    emb = np.flatnonzero(names == "aten::embedding")
-    if not len(emb):
-        return events, None
-    dims = profile.col("ops", "input_dims", decode=True)
-    rank, step = profile.col("ops", "rank"), profile.col("ops", "step")
-    per: dict[tuple[int, int], str] = {}
-    for i in emb:
-        t = _embedding_tokens(dims[i])
-        if t is None or step[i] < 0:
-            continue
-        key = (int(rank[i]), int(step[i]))
-        ph = "prefill" if t > 1 else "decode"
-        if per.get(key, ph) != ph:  # two forwards of different kinds in one step: no single phase
-            per[key] = "mixed"
-        else:
-            per[key] = ph
-    if not per or set(per.values()) == {"mixed"}:
-        return events, None
-    keys = list(zip(events["rank"].astype(int), events["step"].astype(int)))
-    out = events.copy()
-    out["phase"] = [per.get(k) for k in keys]
-    return out, PHASE_FROM_EMBEDDING
-
-
 def phases_present(events: Any) -> list[str]:
     """The phases of the run in order (prefill, decode, then any other value the Profile holds)."""
     if not len(events):
@@ -178,20 +139,41 @@ def _first_int(d: dict[str, Any], keys: tuple[str, ...]) -> int | None:
     return None
 
 
+def _spec_of_meta(m: dict[str, Any]) -> Any:
+    """The profile meta's model as a ModelSpec when it is a Hugging Face config (an engine's), else None."""
+    if "hidden_size" not in m or "n_layers" in m:
+        return None
+    try:
+        return ModelSpec.from_hf(m, "the profile's model config")
+    except BadInput:
+        return None
+
+
+def _spec_has(ms: Any, part: str) -> bool:
+    if part == "experts":
+        return ms.n_experts > 0
+    if part == "shared_expert":
+        return ms.n_experts > 0 and ms.n_shared_experts > 0 and ms.shared_intermediate > 0
+    return ms.indexer != "none"
+
+
+# region labels that come from the model's own structure (not from a guess by shape or kernel family)
+STRUCTURE_SOURCES = ("annotation", "module", "op", "replay-name", "replay-family", "replay-between")
+MOE_FAMILIES = ("grouped_gemm", "moe")  # kernels only an MoE layer runs (grouped expert GEMMs, routing / align)
+
+
 def model_has(ctx: Context, part: str) -> tuple[bool | None, str]:
     """Whether the model has `part` (experts | shared_expert | indexer), and from what: the --model config, the
     Profile's model metadata (the reference runtime's ModelArgs, an engine's HF config), or the module tree
-    (regions from annotations or module events that show the layers' parts). (None, "") when nothing says."""
+    (regions from annotations, module events or engine ops that show the layers' parts). (None, "") when nothing
+    says: absence of a part in a trace is not, by itself, evidence that the model lacks it."""
     ms = ctx.model
     if ms is not None:
-        name = f"--model ({ms.model_type or ms.family})"
-        if part == "experts":
-            return ms.n_experts > 0, name
-        if part == "shared_expert":
-            return ms.n_experts > 0 and ms.n_shared_experts > 0 and ms.shared_intermediate > 0, name
-        if part == "indexer":
-            return ms.indexer != "none", name
+        return _spec_has(ms, part), f"--model ({ms.model_type or ms.family})"
     m = _meta_model(ctx)
+    meta_spec = _spec_of_meta(m) if m else None
+    if meta_spec is not None:
+        return _spec_has(meta_spec, part), "the profile's model config"
     if m:
         experts = _first_int(m, ("n_experts", "num_experts", "num_local_experts", "n_routed_experts"))
         shared = _first_int(m, ("n_shared_experts", "num_shared_experts"))
@@ -209,14 +191,28 @@ def model_has(ctx: Context, part: str) -> tuple[bool | None, str]:
                 return True, "the profile's model config"
     ev = ctx.events
     if len(ev) and "label_source" in ev:
-        tree = ev[ev["label_source"].isin(["annotation", "module"]).to_numpy(dtype=bool) & (ev["layer"] >= 0).to_numpy(dtype=bool)]
+        layered = (ev["layer"] >= 0).to_numpy(dtype=bool)
+        tree = ev[ev["label_source"].isin(list(STRUCTURE_SOURCES)).to_numpy(dtype=bool) & layered]
         roles = {str(r) for r in tree["role"].dropna().unique()}
+        all_roles = {str(r) for r in ev.loc[layered, "role"].dropna().unique()}
         src = "the module tree" if (tree["label_source"] == "module").any() else "the scope labels"
+        no_moe = not any(r.startswith("moe") for r in all_roles) and not _moe_anywhere(ctx)
         if part in ("experts", "shared_expert") and "mlp" in roles and not any(r.startswith("moe") for r in roles):
             return False, src
+        if part in ("experts", "shared_expert") and roles and no_moe:
+            return False, (f"{src} (layers {', '.join(sorted(roles))}, no MoE part) and the kernels (none of family "
+                           f"{' or '.join(MOE_FAMILIES)})")
         if part == "indexer" and any(r.startswith("attn.") for r in roles) and "attn.indexer" not in roles:
             return (None, "") if _indexer_kernels(ev) else (False, src)
     return None, ""
+
+
+def _moe_anywhere(ctx: Context) -> bool:
+    """Any trace of an MoE layer: dispatch rows of moe ops, moe.* regions, or kernels only MoE layers run."""
+    d, ev = ctx.dispatch, ctx.events
+    if len(d) and d["op"].astype(str).str.startswith("moe.").any():
+        return True
+    return bool(len(ev)) and bool(ev["family"].isin(list(MOE_FAMILIES)).any())
 
 
 def _indexer_kernels(ev: Any) -> bool:

@@ -91,7 +91,8 @@ def log_agrees_with_trace(ctx: Context):
                 "engine's log, of a supported version? docs/logs.md)", [], {"log": rep.facts.describe()})
     compared = [k for k in rep.kernels if k.verdict in ("agrees", "partly", "disagrees")]
     data = {"log": rep.facts.describe(), "compared": len(compared), "findings": len(rep.findings),
-            "fallbacks": len(rep.fallbacks)}
+            "fallbacks": len(rep.fallbacks), "judged_from": "the engine's log (rules/logs.toml) and the kernels each "
+                                                             "backend fact concerns"}
     evidence = [fact_line(k) for k in rep.findings] + [fact_line(k) for k in rep.fallbacks]
     fb = ""
     if rep.fallbacks:

@@ -16,7 +16,8 @@ from typing import Any, Callable
 from mmprof.fileio import read_toml
 
 CHECKS_FILE = Path(__file__).resolve().parent.parent.parent / "rules" / "checks.toml"
-_FIELDS = ("code", "name", "status", "severity", "summary", "what", "why", "example", "known_problems")
+_FIELDS = ("code", "name", "status", "severity", "summary", "what", "why", "example", "known_problems", "evidence",
+           "formerly")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class CheckInfo:
     why: str
     example: str
     known_problems: str
+    evidence: str = ""  # what evidence makes the check pass (a check never passes on absence)
+    formerly: str = ""  # the name / meaning it had before, for a migration
 
     @property
     def family(self) -> str:

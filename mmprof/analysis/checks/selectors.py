@@ -107,7 +107,8 @@ def _alternatives(pattern: str) -> set[str]:
     return out
 
 
-def _nearest(value: str, names: Iterable[str], n: int = 3) -> str:
+def nearest_names(value: str, names: Iterable[str], n: int = 3) -> str:
+    """`nearest: a, b` (the closest valid names by spelling), else `valid: ...` (the first eight)."""
     pool = sorted(set(names))
     near = difflib.get_close_matches(value.lower(), [x.lower() for x in pool], n=n, cutoff=0.5)
     lower = {x.lower(): x for x in pool}
@@ -158,7 +159,7 @@ def check_selector_names(where: str, key: str, values: Iterable[str], v: dict[st
             pool = v[key]
         if not ok:
             raise BadInput(f"{where}: {key} {val[:60]!r} matches nothing the kernel rules or roles can produce "
-                           f"({_nearest(val, pool)})")
+                           f"({nearest_names(val, pool)})")
 
 
 def validate_spec(spec: Any, rules: Any = None) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from mmprof.analysis.checks.registry import check
-from mmprof.analysis.shapes.gemm_calls import ATTN_OPS, GEMM_OPS, canonical  # noqa: F401 (re-exported)
+from mmprof.analysis.shapes.gemm_calls import ATTN_OPS, GEMM_OPS, canonical, expert_pair  # noqa: F401
 from mmprof.analysis.attribution.structure import regions
 from mmprof.labels import parse_path
 from mmprof.shapes_model import Call, Comparison, Finding
@@ -29,8 +29,11 @@ def role_of(scope: str) -> tuple[int, str] | None:
 UNJUDGED = "unjudged"  # a GEMM-like op whose input shapes do not give M, N, K: neither a match nor a mismatch
 
 
-def _judge(call: Call, role: str, rs, kind: str, tokens: dict[str, int] | None, top_k: int, batch: int | None) -> str | None:
-    """None when the call fits the expectation, else why not."""
+def _judge(call: Call, role: str, rs, kind: str, tokens: dict[str, int] | None, top_k: int, batch: int | None,
+           layout: str = "runtime") -> str | None:
+    """None when the call fits the expectation, else why not. `layout` is the engine layout of `rs`: only the
+    runtime's lets a separate shared expert match its fused slot (its `--shared-expert separate` runs the slot's
+    weights); in an engine's layout a separate shared expert where it fuses one is a mismatch."""
     if ATTN_OPS.search(call.op):
         if not kind or len(call.shapes) < 2 or len(call.shapes[0]) not in (3, 4) or \
                 len(call.shapes[1]) != len(call.shapes[0]):
@@ -41,16 +44,29 @@ def _judge(call: Call, role: str, rs, kind: str, tokens: dict[str, int] | None, 
         got = (q[hx], kv[hx], q[-1])
         want = (a.q_heads, a.kv_heads, a.head_dim)
         return None if got == want else f"attention q/kv heads, head_dim {got} != expected {want}"
+    pair = expert_pair(call.op, call.shapes)
+    if pair is not None and role == "moe.routed" and kind:
+        return _judge_pair(pair, rs.kind(kind).gemms)
     c = canonical(call.op, call.shapes)
     if c is None:
         return UNJUDGED
     m, n, k, g = c
     a = rs.kind(kind).attention if kind else None
+    core = [x for x in rs.kind(kind).gemms if x.scope == "attn.core"] if kind else []
+    if role == "attn.core" and core:  # the layout's own attention GEMMs (MLA's absorbed W_UK / W_UV bmm)
+        if any(g == e.groups and n == e.n and k == e.k for e in core):
+            return None
+    idx_gemms = [x for x in rs.kind(kind).gemms if x.scope == "attn.indexer"] if kind else []
+    if role == "attn.indexer" and idx_gemms and g == 1 and any(n == e.n and k == e.k for e in idx_gemms):
+        return None  # one of the layout's indexer projections (separate index_q / index_k, DSA wq_b / wk)
+    if role == "attn.indexer" and layout != "runtime" and (g > 1 or not _weight_op(call.op)):
+        return UNJUDGED  # an engine's scoring products of activations: no weight shape to judge
     if role == "attn.core":
         # the sparse gather (einsum -> bmm over [B*KV*T] with M = q heads per KV head) or SDPA's math fallback
         # (bmm over [B*H] heads); either way one of N/K is head_dim
         grp = a.q_heads // max(1, a.kv_heads)
-        ok = a.head_dim in (k, n) and (m == grp or g % a.q_heads == 0)
+        dims = {a.head_dim, getattr(a, "v_head_dim", 0) or a.head_dim}
+        ok = bool(dims & {k, n}) and (m == grp or g % a.q_heads == 0)
         return None if ok else (f"attention bmm M={m} N={n} K={k} groups={g}: expected head_dim {a.head_dim} and "
                                 f"M={grp} (q heads per KV head) or groups a multiple of {a.q_heads} q heads")
     if role == "attn.indexer":
@@ -58,7 +74,7 @@ def _judge(call: Call, role: str, rs, kind: str, tokens: dict[str, int] | None, 
         return None if ok else (f"indexer matmul groups={g} K={k}: expected K={a.index_head_dim}"
                                 + (f", groups={batch * a.index_q_heads}" if batch else ""))
     gemms = rs.model_gemms if role == "lm_head" else [x for x in rs.kind(kind).gemms if x.scope == role]
-    if not gemms and role == "moe.shared":
+    if not gemms and role == "moe.shared" and layout == "runtime":
         # the layout the shapes were built for fuses the shared expert as one more slot of the routed weight
         # (extra_rows); an engine that runs it as its own MLP (vLLM's SharedExperts) multiplies that slot's shape
         slot = [x for x in rs.kind(kind).gemms if x.scope == "moe.routed" and x.extra_rows]
@@ -68,6 +84,9 @@ def _judge(call: Call, role: str, rs, kind: str, tokens: dict[str, int] | None, 
             return (f"shared expert M={m} N={n} K={k}: expected one expert's shape "
                     + ", ".join(f"N={e.n} K={e.k}" for e in slot))
     if not gemms:
+        if role == "moe.shared" and layout != "runtime":
+            return (f"no moe.shared GEMM in the {layout} layout on a {kind} layer (it fuses the shared expert into the "
+                    f"routed experts); the trace ran it as its own GEMM M={m} N={n} K={k}")
         return f"no {role} GEMM expected on a {kind} layer"
     phase_tokens = (tokens or {}).get(call.phase)
     for e in gemms:
@@ -121,7 +140,8 @@ def compare_calls(calls: list[Call], res, source: str, tokens: dict[str, int] | 
         elif layer >= 0 and layer not in kinds:
             why = f"layer {layer} is outside the config's {cfg['n_layers']} layers"
         else:
-            why = _judge(c, role, rs, kinds.get(layer, ""), tokens, cfg["top_k"], batch)
+            why = _judge(c, role, rs, kinds.get(layer, ""), tokens, cfg["top_k"], batch,
+                         getattr(res, "layout", "runtime"))
         if why == UNJUDGED:
             unjudged += 1
         elif why is None:
@@ -195,6 +215,25 @@ def cross_rank(calls: list[Call]) -> list[Finding]:
                 sorted({x["layer"] for x in lst if x["layer"] >= 0}), ranks,
                 {"groups": len(lst), "examples": lst[:3]}))
     return out
+
+
+def _weight_op(op: str) -> bool:
+    """linear / mm / addmm: a product with a weight (matmul and bmm are often products of activations)."""
+    base = op.split("::")[-1].split(".")[0].lstrip("_")
+    return base in ("linear", "mm", "addmm", "grouped_mm", "scaled_mm")
+
+
+def _judge_pair(pair, gemms) -> str | None:
+    """A fused-MoE op's two expert weights ([E, 2I, H] and [E, H, I]) against the layout's routed GEMMs."""
+    want = {e.name.rsplit(".", 1)[-1]: e for e in gemms if e.scope == "moe.routed"}
+    up, down = want.get("gate_up"), want.get("down")
+    if up is None or down is None:
+        return "no routed-expert GEMMs expected on this layer"
+    (e1, n1, k1), (e2, n2, k2) = pair
+    if (e1, n1, k1) == (up.weight_groups, up.n, up.k) and (e2, n2, k2) == (down.weight_groups, down.n, down.k):
+        return None
+    return (f"expert weights w1 [{e1}, {n1}, {k1}], w2 [{e2}, {n2}, {k2}]; expected "
+            f"[{up.weight_groups}, {up.n}, {up.k}], [{down.weight_groups}, {down.n}, {down.k}]")
 
 
 def _token_free(op: str, shapes: list[list[int]]) -> str:

@@ -2,11 +2,12 @@
 plus the built-in checks to run. `load_spec()` reads one; `mmprof.analysis.checks.verify` evaluates it.
 
 Assertion kinds (docs/fastpath.md has the full reference; each kind has a code in rules/checks.toml):
-    require         region must dispatch family / variant / library (in every layer, or >= min_time_share)
-    forbid          region must not dispatch a selector (or must not exist, when no selector is given)
-    max_launches    at most `max` events per rank, step and layer in the region
-    forbid_pattern  no device event whose name matches `pattern`, anywhere
-    dispatch        the dispatch log must show implementation `impl` for op `op`
+    require         region must dispatch family / variant / library in every layer of every step (FP007;
+                    `min_step_share`, `min_time_share` set how much of the region it must cover)
+    forbid          region must not dispatch a selector (or must not exist, when no selector is given) (FP009)
+    max_launches    at most `max` events per rank, step and layer in the region (FP005)
+    forbid_pattern  no device event whose name matches `pattern`, anywhere (FP006)
+    dispatch        the dispatch log must show implementation `impl` for op `op` (FP008)
     log             the engine's log must state a fact, or must not (log_query.py; LG001)
 """
 
@@ -22,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.checks.log_query import LOG_KEYS, LogQuery, parse_log_query
-from mmprof.analysis.checks.selectors import bounded_search, compile_bounded
+from mmprof.analysis.checks.selectors import bounded_search, compile_bounded, nearest_names
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
 
@@ -30,11 +31,15 @@ RULES_DIR = Path(__file__).resolve().parent.parent.parent / "rules"
 MAX_LAYER = 65535  # a layer index above this is not a layer of any model
 BUILTIN_SPEC = RULES_DIR / "builtin_fastpath.toml"  # the reference runtime (it writes a dispatch log)
 GENERIC_SPEC = RULES_DIR / "builtin_fastpath_generic.toml"  # any other runtime
-KINDS = {"require": "FP003", "forbid": "FP004", "max_launches": "FP005", "forbid_pattern": "FP006", "dispatch": "FP003",
+# each assertion kind reports under a code of its own (rules/checks.toml; until 2026-12 require and dispatch shared
+# FP003 with the built-in check and forbid shared FP004: docs/fastpath.md "Migration")
+KINDS = {"require": "FP007", "forbid": "FP009", "max_launches": "FP005", "forbid_pattern": "FP006", "dispatch": "FP008",
          "log": "LG001"}
 BUILTIN_CHECKS = ("FP000", "FP001", "FP002", "FP003", "FP004")
+PHASES = ("prefill", "decode", "mixed")  # mixed: an engine step with prefill and decode requests (engine steps)
 _ASSERT_KEYS = {"id", "kind", "code", "description", "region", "phase", "layers", "family", "variant", "library",
-                "path", "name", "every_layer", "min_time_share", "max", "pattern", "op", "impl", "within"} | LOG_KEYS
+                "path", "name", "every_layer", "min_time_share", "min_step_share", "max", "pattern", "op", "impl",
+                "within"} | LOG_KEYS
 _SPEC_KEYS = {"id", "description", "checks", "sparse_layers", "moe_layers", "example", "device"}
 
 
@@ -139,6 +144,7 @@ class Assertion:
     selector: Selector = field(default_factory=Selector)
     every_layer: bool = True
     min_time_share: float | None = None
+    min_step_share: float = 1.0  # require: the share of the phase's steps the fast path must cover
     max: int | None = None
     pattern: str | None = None
     op: str | None = None
@@ -151,7 +157,8 @@ class Assertion:
                 "region": list(self.region), "phase": self.phase,
                 "layers": sorted(self.layers) if self.layers is not None else None,
                 "selector": self.selector.describe(), "every_layer": self.every_layer,
-                "min_time_share": self.min_time_share, "max": self.max, "pattern": self.pattern, "op": self.op,
+                "min_time_share": self.min_time_share, "min_step_share": self.min_step_share, "max": self.max,
+                "pattern": self.pattern, "op": self.op,
                 "impl": list(self.impl), **({"log": self.log.to_dict()} if self.log else {})}
 
 
@@ -183,7 +190,8 @@ def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
         raise BadInput(f"{w}: unknown key(s) {', '.join(sorted(extra))}")
     kind = raw.get("kind")
     if kind not in KINDS:
-        raise BadInput(f"{w}: `kind` must be one of {', '.join(KINDS)} (got {kind!r})")
+        near = f"; {nearest_names(kind, KINDS)}" if isinstance(kind, str) else ""
+        raise BadInput(f"{w}: `kind` must be one of {', '.join(KINDS)} (got {str(kind)[:40]!r}{near})")
     for key in ("description", "phase", "pattern", "op", "name", "code"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise BadInput(f"{w}: `{key}` must be a string")
@@ -192,9 +200,11 @@ def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
             raise BadInput(f"{w}: `{key}` must be true or false")
     if raw.get("max") is not None and (not isinstance(raw["max"], int) or isinstance(raw["max"], bool)):
         raise BadInput(f"{w}: `max` must be an integer")
-    share = raw.get("min_time_share")
-    if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float))):
-        raise BadInput(f"{w}: `min_time_share` must be a number in (0, 1]")
+    for key in ("min_time_share", "min_step_share"):
+        share = raw.get(key)
+        if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float))
+                                  or not 0 < float(share) <= 1):
+            raise BadInput(f"{w}: `{key}` must be a number in (0, 1]")
     sel = Selector(family=tuple(_as_list(raw.get("family"), w, "family")),
                    variant=tuple(_as_list(raw.get("variant"), w, "variant")),
                    library=tuple(_as_list(raw.get("library"), w, "library")),
@@ -205,18 +215,20 @@ def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
     a = Assertion(id=aid, kind=kind, code=str(raw.get("code") or KINDS[kind]), description=raw.get("description", ""),
                   region=region, phase=raw.get("phase"), layers=_parse_layers(raw.get("layers"), w), selector=sel,
                   every_layer=bool(raw.get("every_layer", True)), min_time_share=raw.get("min_time_share"),
-                  max=raw.get("max"), pattern=raw.get("pattern"), op=raw.get("op"),
+                  min_step_share=float(raw.get("min_step_share", 1.0)), max=raw.get("max"),
+                  pattern=raw.get("pattern"), op=raw.get("op"),
                   impl=tuple(_as_list(raw.get("impl"), w, "impl")), within=tuple(_as_list(raw.get("within"), w, "within")),
                   log=parse_log_query(raw, kind, w))
-    if a.phase not in (None, "prefill", "decode"):
-        raise BadInput(f"{w}: `phase` must be prefill or decode")
+    if a.phase not in (None, *PHASES):
+        raise BadInput(f"{w}: phase {a.phase[:40]!r} is not a phase ({nearest_names(a.phase, PHASES)}; phases are "
+                       f"{', '.join(PHASES)})")
+    if raw.get("min_step_share") is not None and kind != "require":
+        raise BadInput(f"{w}: `min_step_share` applies to require assertions only")
     if kind == "require":
         if not region:
             raise BadInput(f"{w}: require needs a `region`")
         if sel.empty:
             raise BadInput(f"{w}: require needs at least one of family / variant / library / path / name")
-        if a.min_time_share is not None and not (0 < float(a.min_time_share) <= 1):
-            raise BadInput(f"{w}: `min_time_share` must be in (0, 1]")
     elif kind == "forbid":
         if not region and sel.empty:
             raise BadInput(f"{w}: forbid needs a `region`, a selector, or both")
@@ -246,8 +258,10 @@ def parse_spec(doc: dict[str, Any], source: str) -> Spec:
     checks = tuple(_as_list(head.get("checks", list(BUILTIN_CHECKS)), f"{source}: [spec]", "checks"))
     bad = [c for c in checks if c not in BUILTIN_CHECKS]
     if bad:
-        raise BadInput(f"{source}: [spec] checks: {', '.join(bad)} cannot run stand-alone; built-in checks are "
-                       f"{', '.join(BUILTIN_CHECKS)} (FP005/FP006 are the codes of max_launches / forbid_pattern)")
+        kinds = {c: k for k, c in KINDS.items()}
+        why = "; ".join(f"{c} is the code of `{kinds[c]}` assertions (write one in [[assert]])" if c in kinds else
+                        f"{c[:20]!r} is no check ({nearest_names(c, BUILTIN_CHECKS)})" for c in bad)
+        raise BadInput(f"{source}: [spec] checks: {why}; the built-in checks are {', '.join(BUILTIN_CHECKS)}")
     if not doc:
         raise BadInput(f"{source}: the spec file is empty (expected a [spec] table and/or [[assert]] tables); "
                        "leave out --spec to use the built-in spec")

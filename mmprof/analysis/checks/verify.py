@@ -12,13 +12,16 @@ from typing import Any
 import numpy as np
 
 from mmprof.analysis.checks import assertions, fastpath, log_checks  # noqa: F401 (registers the implementations)
-from mmprof.analysis.checks.context import MAX_EVIDENCE, CheckResult, Context, dispatch_frame, infer_phases
+from mmprof.analysis.checks.context import LABEL_SOURCE, MAX_EVIDENCE, CheckResult, Context, dispatch_frame
+from mmprof.analysis.checks.steps import infer_phases, infer_steps
 from mmprof.analysis.checks.registry import implementation, info
 from mmprof.analysis.checks.selectors import validate_spec
 from mmprof.analysis.checks.spec import Spec, default_spec
 from mmprof.analysis.logs.join import LogReport, log_report
 from mmprof.analysis.timeline.events import events_of
+from mmprof.errors import BadInput
 from mmprof.labels import region_pattern
+from mmprof.units import fmt_ranges
 
 
 @dataclass
@@ -114,16 +117,62 @@ def spec_warnings(spec: Spec, profile: Any, source: str) -> list[str]:
     return out
 
 
-def _op_names(profile: Any, frame: Any) -> Any:
-    """The CPU op of each event (its launching op for a kernel), for "ran instead" evidence."""
+def _op_column(profile: Any, frame: Any, col: str) -> Any:
+    """A column of each event's CPU op (its launching op for a kernel): the name, for "ran instead" evidence, and
+    the input shapes, for evidence in shapes (a fused shared-expert slot)."""
     op = np.asarray(frame.op)
     if not profile.n("ops") or not len(op):
         return np.full(len(op), None, dtype=object)
-    names = np.asarray(profile.col("ops", "name", decode=True), dtype=object)
-    ok = (op >= 0) & (op < len(names))
+    vals = np.asarray(profile.col("ops", col, decode=True), dtype=object)
+    ok = (op >= 0) & (op < len(vals))
     out = np.full(len(op), None, dtype=object)
-    out[ok] = names[op[ok]]
+    out[ok] = vals[op[ok]]
     return out
+
+
+def model_layers(model: Any, meta: dict[str, Any], events: Any) -> tuple[int, str] | None:
+    """(number of layers, where it comes from): the --model config, the profile's model config, else the layers
+    the profile's structure shows (the highest layer index + 1). None when nothing says."""
+    if model is not None:
+        return int(model.n_layers), f"--model ({model.model_type or model.family})"
+    m = meta.get("model") or (meta.get("run") or {}).get("model") or {}
+    if isinstance(m, dict):
+        for key in ("n_layers", "num_hidden_layers"):
+            v = m.get(key)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v, "the profile's model config"
+    if len(events) and (events["layer"] >= 0).any():
+        lay = events.loc[events["layer"] >= 0]
+        srcs = sorted({LABEL_SOURCE.get(x, str(x)) for x in lay["label_source"].dropna().unique()}) \
+            if "label_source" in lay else []
+        return int(lay["layer"].max()) + 1, f"this profile's layers ({' and '.join(srcs) or 'region labels'})"
+    return None
+
+
+def validate_layers(spec: Spec, known: tuple[int, str] | None) -> None:
+    """A spec's `layers` (and `sparse_layers` / `moe_layers` lists) that the model does not have are bad input, with
+    the nearest valid range: `layers = "2-59"` on a 6-layer model must not pass on layers 2-5 without a word."""
+    if known is None:
+        return
+    n, src = known
+    valid = set(range(n))
+
+    def refuse(where: str, asked: set[int]) -> None:
+        bad = asked - valid
+        if bad:
+            near = fmt_ranges(asked & valid) or f"0-{n - 1}"
+            raise BadInput(f"{where}: layers {fmt_ranges(bad)} do not exist: the model has {n} layers (0-{n - 1}, "
+                           f"from {src}); nearest valid: {near}")
+
+    for a in spec.assertions:
+        if a.layers is not None:
+            refuse(f"{spec.source}: assertion {a.id}", set(a.layers))
+    for key in ("sparse_layers", "moe_layers"):
+        v = getattr(spec, key)
+        if isinstance(v, list):
+            refuse(f"{spec.source}: [spec] {key}", set(v))
+        elif isinstance(v, int) and v > n:
+            raise BadInput(f"{spec.source}: [spec] {key} = {v}, but the model has {n} layers (from {src})")
 
 
 def run_check(code: str, ctx: Context) -> CheckResult:
@@ -135,25 +184,31 @@ def run_check(code: str, ctx: Context) -> CheckResult:
                            message=f"{code} is an assertion kind, not a stand-alone check; use it in [[assert]]",
                            description=meta.summary)
     status, message, evidence, data = fn(ctx)
+    judged = data.get("judged_from")
     return CheckResult(id=meta.name, code=code, kind="check", status=status, message=message,
-                       description=meta.summary, evidence=evidence[:MAX_EVIDENCE], data=data)
+                       description=meta.summary, evidence=evidence[:MAX_EVIDENCE], data=data,
+                       judged_from=judged if isinstance(judged, str) else "")
 
 
 def verify(profile: Any, spec: Spec | None = None, rules: Any = None, sparse_layers: Any = None,
            moe_layers: Any = None, profile_name: str | None = None, shape_regions: Any = None,
-           model: Any = None, warnings: list[str] | None = None) -> VerifyResult:
+           model: Any = None, warnings: list[str] | None = None, engine: Any = None) -> VerifyResult:
     """Evaluate the spec's built-in checks and assertions against a profile (default: `default_spec`)."""
     spec = spec or default_spec(profile.n("dispatch") > 0)
     validate_spec(spec, rules)  # a selector that names nothing that can exist is bad input, not a pass
     frame = events_of(profile, rules, shape_regions)
-    events = frame.frame().assign(op_name=_op_names(profile, frame))  # a copy: frame() is cached
+    cpu_ns = np.where(np.asarray(frame.launch_start) >= 0, frame.launch_start, frame.start)
+    events = frame.frame().assign(op_name=_op_column(profile, frame, "name"), cpu_ns=cpu_ns,  # a copy: frame()
+                                  op_dims=_op_column(profile, frame, "input_dims"))         # is cached
     events = events[events["kind"] != "memcpy"].reset_index(drop=True)
-    events, phase_source = infer_phases(profile, events)
+    events, step_source, emb_of = infer_steps(profile, events)
+    events, phase_source = infer_phases(profile, events, emb_of)
+    validate_layers(spec, model_layers(model, profile.meta, events))
     log = log_report(profile, events) if profile.n("log") else None
     ctx = Context(events=events, dispatch=dispatch_frame(profile), source=frame.source, meta=profile.meta,
                   sparse_layers=sparse_layers if sparse_layers is not None else spec.sparse_layers,
                   moe_layers=moe_layers if moe_layers is not None else spec.moe_layers, phase_source=phase_source,
-                  model=model, log=log)
+                  step_source=step_source, model=model, engine=engine, log=log)
     results = [run_check(code, ctx) for code in spec.checks]
     if log is not None:  # the engine's log: judged against the kernels whenever the profile holds one
         results.append(run_check("LG002", ctx))

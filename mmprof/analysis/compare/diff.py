@@ -1,44 +1,55 @@
-"""Diff two profiles: what changed, not just what improved.
+"""Diff two profiles: which is faster and why, after saying what is compared.
 
-    step time per phase        median step span before/after (slowest rank per step), with the change in %
-    category shares            the timeline breakdown (compute-bound, memory-bound, communication, memcpy,
-                               host-bound idle, other idle, unattributed) of the chosen phase, before/after
-    verdict                    the dominant category before and after: "the bottleneck moved from X to Y",
-                               or "still X" with the change in points
+    what is compared           each side's model, engine, mode, TP / EP, batch, tokens per step, prompt, steps,
+                               profiler settings and device (`runfacts`, `comparability`): differences that change
+                               the meaning flagged, the same trace twice or two models refused unless forced
+    the answer                 per phase the faster side and the reason (`verdict`): median step time with its noise
+                               band (`bands`), the plain timing beside it (`plain`), GPU work per step (busy =
+                               kernel time - overlap), host time, overlap across streams, the regions that moved,
+                               missing data on its own line, then the bottleneck statement
+    category shares            the timeline breakdown of the chosen phase, before/after
     path changes               per region (scope role such as `moe.routed`), the kernel variants that vanished
                                and appeared (e.g. a loop of GEMMs replaced by one grouped GEMM)
     matched work               time per (region role, op family), so a changed kernel for the same op lines up
                                even when its name changed; then top deltas by scope, by layer and by rank
 
-Times of events are per step of the phase (totals divided by the number of steps) so runs with different step
-counts compare; with no step markers they are totals. Vectorised: the events are grouped once over integer codes
-(`_work`), every table after that is a groupby over the groups (thousands of rows, not millions of events).
+Times of events are per step of the phase (totals divided by the number of steps, and by the number of ranks on a
+multi-rank profile) so runs with different step counts compare; with no step markers they are totals. Vectorised:
+the events are grouped once over integer codes (`_work`), every table after that is a groupby over the groups
+(thousands of rows, not millions of events).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.compare.comparability import plain_timing_change, setup_mismatch
-from mmprof.analysis.compare.verdict import StepMove, step_moves, verdict_line
+from mmprof.analysis.compare.bands import runs_band, steps_band
+from mmprof.analysis.compare.comparability import compare_facts
+from mmprof.analysis.compare.plain import from_run_meta, plain_change
+from mmprof.analysis.compare.result import CategoryChange, Delta, DiffResult, PathChange, StepChange, VariantTime
+from mmprof.analysis.compare.runfacts import fingerprint, run_facts
+from mmprof.analysis.compare.verdict import (StepMeans, answer, merged_compute, phase_line, roofline_lost,
+                                             step_moves, verdict_line)
 from mmprof.analysis.ranks.imbalance import rank_analysis
 from mmprof.analysis.timeline.breakdown import CATEGORIES, LABELS, StepStats, TimelineResult, timeline
+from mmprof.analysis.timeline.concurrency import overlapped_ns
 from mmprof.analysis.timeline.engine_steps import describe, engine_steps
-from mmprof.analysis.timeline.columns import group_codes
+from mmprof.analysis.timeline.columns import CAT_UNATTR, group_codes
 from mmprof.analysis.timeline.events import EventFrame, events_of
 from mmprof.analysis.timeline.phases import NO_PHASE, event_phases, phase_mask
-from mmprof.errors import NoEvidence
+from mmprof.errors import NoEvidence, NotComparable
 from mmprof.labels import is_marker, module_event
 from mmprof.names import display_name
 from mmprof.units import fmt_ns
 
 UNSCOPED = "(unscoped)"
 MINOR_SHARE = 0.001  # variants below this share of a side's event time and count are not reported as path changes
+REGION_GAP = 0.10    # one side has this much more of its kernel time in no region: said on its own line
 
 
 def event_roles(profile, ev: EventFrame) -> tuple[np.ndarray, pd.Categorical]:
@@ -59,161 +70,6 @@ def event_roles(profile, ev: EventFrame) -> tuple[np.ndarray, pd.Categorical]:
     cats = np.array(sorted(set(labels.tolist())), dtype=object)   # pd.Categorical(values)'s own category order
     lab_code = np.searchsorted(cats, labels)
     return ev.layer.copy(), pd.Categorical.from_codes(lab_code[kinv], categories=cats)
-
-
-@dataclass
-class StepChange:
-    phase: str
-    before_ns: float | None
-    after_ns: float | None
-    change: float | None      # relative, -0.2 = 20% faster
-    before_steps: int
-    after_steps: int
-    method: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class CategoryChange:
-    category: str
-    label: str
-    before_share: float
-    after_share: float
-    before_ns: int
-    after_ns: int
-
-    @property
-    def delta_pp(self) -> float:
-        return 100.0 * (self.after_share - self.before_share)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "delta_pp": self.delta_pp}
-
-
-@dataclass
-class VariantTime:
-    family: str
-    variant: str
-    library: str | None
-    time_ns: float            # per step
-    count: float              # per step
-    example: str              # the kernel / op name with the most time
-    minor: bool = False       # under MINOR_SHARE of its side's event time
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "example_display_name": display_name(self.example)}
-
-
-@dataclass
-class PathChange:
-    region: str
-    vanished: list[VariantTime]
-    appeared: list[VariantTime]
-
-    @property
-    def summary(self) -> str:
-        def fmt(vs: list[VariantTime], top_families: int = 3, top_names: int = 2) -> str:
-            # families by time, the heaviest first: the path change is what dominates, not every view op
-            by_fam: dict[str, list[VariantTime]] = {}
-            for v in vs:
-                by_fam.setdefault(v.family, []).append(v)
-            fams = sorted(by_fam.items(), key=lambda kv: -sum(v.time_ns for v in kv[1]))
-            parts = []
-            for fam, items in fams[:top_families]:
-                items = sorted(items, key=lambda v: -v.time_ns)
-                names = ", ".join(_short(v.variant) + (f" x{v.count:.0f}" if v.count >= 1.5 else "")
-                                  for v in items[:top_names])
-                more = f" +{len(items) - top_names} more" if len(items) > top_names else ""
-                libs = sorted({v.library for v in items if v.library})
-                parts.append(f"{fam} ({names}{more}{'; ' + ', '.join(libs) if libs else ''})")
-            if len(fams) > top_families:
-                parts.append(f"{len(fams) - top_families} more families")
-            return " + ".join(parts)
-
-        if self.vanished and self.appeared:
-            return f"{self.region}: {fmt(self.vanished)} -> {fmt(self.appeared)}"
-        if self.appeared:
-            return f"{self.region}: appeared {fmt(self.appeared)}"
-        return f"{self.region}: vanished {fmt(self.vanished)}"
-
-    @property
-    def weight(self) -> float:
-        return sum(v.time_ns for v in self.vanished) + sum(v.time_ns for v in self.appeared)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"region": self.region, "summary": self.summary, "vanished": [v.to_dict() for v in self.vanished],
-                "appeared": [v.to_dict() for v in self.appeared]}
-
-
-@dataclass
-class Delta:
-    key: str
-    before_ns: float
-    after_ns: float
-    before_detail: str = ""
-    after_detail: str = ""
-    before_count: float = 0.0     # events (kernels / ops) per step
-    after_count: float = 0.0
-
-    @property
-    def delta_ns(self) -> float:
-        return self.after_ns - self.before_ns
-
-    @property
-    def change(self) -> float | None:
-        return self.delta_ns / self.before_ns if self.before_ns else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "delta_ns": self.delta_ns, "change": self.change}
-
-
-@dataclass
-class DiffResult:
-    before: str
-    after: str
-    phase: str
-    rank: int | None
-    source: tuple[str, str]
-    steps: list[StepChange]
-    categories: list[CategoryChange]
-    dominant: tuple[str | None, str | None]
-    verdict: str
-    path_changes: list[PathChange]
-    matched: list[Delta]       # (region, family)
-    by_scope: list[Delta]
-    by_layer: list[Delta]
-    by_rank: list[Delta]       # median step span per rank
-    per_step: bool
-    layers: list[Delta] = field(default_factory=list)   # every layer, in order, for plots
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    plain: dict[str, Any] | None = None  # tokens/s measured without the profiler (mmprof run's meta.run), both sides
-    ranks: dict[str, Any] | None = None  # imbalance across ranks (`mmprof ranks`), both sides, on multi-rank profiles
-    moves: list[StepMove] = field(default_factory=list)  # per step of the phase: time per category, both sides
-    engine: tuple[str, str] | None = None  # the engine steps compared ("30 engine steps of 8 decode requests", ...)
-    preface: list[str] = field(default_factory=list)  # warnings about what is compared, shown before the verdict
-
-    @property
-    def moved(self) -> bool:
-        return self.dominant[0] != self.dominant[1]
-
-    def step(self, phase: str | None = None) -> StepChange | None:
-        return next((s for s in self.steps if s.phase == (phase or self.phase)), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"before": self.before, "after": self.after, "phase": self.phase, "rank": self.rank,
-                "source": list(self.source), "verdict": self.verdict, "moved": self.moved,
-                "dominant": {"before": self.dominant[0], "after": self.dominant[1]},
-                "steps": [s.to_dict() for s in self.steps], "categories": [c.to_dict() for c in self.categories],
-                "path_changes": [p.to_dict() for p in self.path_changes],
-                "matched": [d.to_dict() for d in self.matched], "by_scope": [d.to_dict() for d in self.by_scope],
-                "by_layer": [d.to_dict() for d in self.by_layer], "by_rank": [d.to_dict() for d in self.by_rank],
-                "layers": [d.to_dict() for d in self.layers],
-                "per_step": self.per_step, "notes": self.notes, "warnings": self.warnings, "plain": self.plain,
-                "ranks": self.ranks, "moves": [m.to_dict() for m in self.moves],
-                "engine_steps": list(self.engine) if self.engine else None, "preface": self.preface}
 
 
 def _short(s: str, n: int = 60) -> str:
@@ -252,10 +108,12 @@ def _choose_phase(b: _Side, a: _Side, phase: str | None) -> tuple[str | None, li
     return None, [f"the two profiles share no phase ({', '.join(pb)} vs {', '.join(pa)}): comparing whole runs"]
 
 
-def _work(side: _Side, phase: str | None, rank: int | None) -> tuple[pd.DataFrame, int]:
+def _work(side: _Side, phase: str | None, rank: int | None, overlap: bool = False) -> tuple[pd.DataFrame, int, int,
+                                                                                         dict[str, float]]:
     """Event time per (region, family, variant, library, name, layer) - one row per group, columns `sum` (ns) and
-    `count` - and the number of steps it covers. Grouped over integer codes (factorize, bincount): the per-event
-    work is a few array passes, the DataFrame holds groups only (thousands), whatever the number of events."""
+    `count` -, the number of steps and of ranks it covers and (with `overlap`) per region the event time that ran
+    beside other device work. Grouped over integer codes (factorize, bincount): the per-event work is a few array
+    passes, the DataFrame holds groups only (thousands), whatever the number of events."""
     ev = side.events
     m = np.ones(len(ev), dtype=bool)
     if phase is not None:
@@ -283,7 +141,13 @@ def _work(side: _Side, phase: str | None, rank: int | None) -> tuple[pd.DataFram
         "name": name[first],
         "sum": np.bincount(key, weights=ev.dur[idx].astype(np.float64), minlength=G),
         "count": np.bincount(key, minlength=G).astype(np.int64)})
-    return df, int(steps)
+    ov: dict[str, float] = {}
+    if overlap and len(idx):
+        o = overlapped_ns(ev, idx)
+        cats = side.role.categories
+        per = np.bincount(role[role >= 0], weights=o[role >= 0].astype(np.float64), minlength=len(cats))
+        ov = {str(cats[i]): float(v) for i, v in enumerate(per.tolist()) if v > 0}
+    return df, int(steps), int(len(np.unique(ev.rank[idx]))) if len(idx) else 0, ov
 
 
 def _agg(df: pd.DataFrame, keys: list[str], norm: float) -> pd.DataFrame:
@@ -366,28 +230,121 @@ def _short_lived_arrays():
 
 
 def diff_profiles(before, after, phase: str | None = None, rank: int | None = None, shape_regions=(None, None),
-                  labels: tuple[str, str] = ("before", "after")) -> DiffResult:
-    """Compare two Profiles (see the module docstring). Raises NoEvidence when there is nothing to compare."""
+                  labels: tuple[str, str] = ("before", "after"), plain=(None, None), repeats=((), ()),
+                  force: bool = False) -> DiffResult:
+    """Compare two Profiles (see the module docstring). `plain`: a PlainTiming per side (else the profile's own
+    `mmprof run` timing, if any); `repeats`: more runs of each side (Profiles), for the noise band; `force`: compare
+    even what is refused (the same trace twice, two models). Raises NotComparable, NoEvidence."""
     with _short_lived_arrays():
-        return _diff_profiles(before, after, phase, rank, shape_regions, labels)
+        return _diff_profiles(before, after, phase, rank, shape_regions, labels, plain, repeats, force)
 
 
-def _diff_profiles(before, after, phase, rank, shape_regions, labels) -> DiffResult:
+def _run_medians(profiles, phase: str, rank: int | None) -> list[float]:
+    out = []
+    for p in profiles:
+        tl = timeline(p, events_of(p))
+        st = tl.step_stats(phase, rank) if phase in tl.phases else None
+        if st is not None and st.median_ns:
+            out.append(st.median_ns)
+    return out
+
+
+def _band(sb: StepStats, sa: StepStats, runs: tuple[list[float], list[float]]):
+    if len(runs[0]) + len(runs[1]):
+        band = runs_band([sb.median_ns] + runs[0], [sa.median_ns] + runs[1])
+        if band is not None:
+            return band
+    return steps_band(sb.values, sa.values)
+
+
+def _refuse(comp, repeats, force: bool) -> list[str]:
+    fps = (comp.facts[0].fingerprint, comp.facts[1].fingerprint)
+    reasons = [comp.refusal] if comp.refusal else []
+    for side, runs in zip(("before", "after"), repeats):
+        seen = {fps[0] if side == "before" else fps[1]}
+        for p in runs:
+            f = fingerprint(p)
+            if f in seen:
+                reasons.append(f"the {side} runs include the same trace twice (same content hash)")
+            seen.add(f)
+    if reasons and not force:
+        raise NotComparable("; ".join(reasons) + "; pass --force to compare them anyway")
+    return [f"compared although {r} (--force)" for r in reasons]
+
+
+def _roof(side: _Side, ph, rank) -> pd.DataFrame:
+    """Per (role, family) of the phase's compute kernels: their time (`comp`) and the part with no roofline."""
+    ev = side.events
+    m = phase_mask(side.profile, ev, ph) if ph is not None else np.ones(len(ev), bool)
+    if rank is not None:
+        m &= ev.rank == rank
+    m &= ev.cat <= CAT_UNATTR
+    idx = np.flatnonzero(m)
+    role, fam = np.asarray(side.role.codes)[idx], np.asarray(ev.family.codes)[idx]
+    key, first = group_codes(role, fam)
+    dur = ev.dur[idx].astype(np.float64)
+    un = ev.cat[idx] == CAT_UNATTR
+    return pd.DataFrame({"comp": np.bincount(key, weights=dur, minlength=len(first)),
+                         "unattr": np.bincount(key, weights=np.where(un, dur, 0.0), minlength=len(first)),
+                         "noshape": np.bincount(key, weights=np.where(un & (ev.op[idx] < 0), dur, 0.0),
+                                                minlength=len(first))},
+                        index=pd.MultiIndex.from_arrays([_labels(side.role.categories, role[first]),
+                                                         _labels(ev.family.categories, fam[first])]))
+
+
+def _labels(cats, codes: np.ndarray) -> np.ndarray:
+    """Category labels of codes (-1: '(none)'), as strings both sides share."""
+    lab = np.asarray([str(c) for c in cats] + ["(none)"], dtype=object)
+    return lab[np.where(codes >= 0, codes, len(cats))]
+
+
+def _missing(b: _Side, a: _Side, gap, roofs, ph, rank) -> list[str]:
+    """Data one side lacks, each its own line: op shapes or a FLOP model (no roofline), regions."""
+    out = []
+    if gap is not None:
+        ub, ua = gap
+        less, side, roof = ("after", a, roofs[1]) if ua > ub else ("before", b, roofs[0])
+        unattr = float(roof["unattr"].sum())
+        if unattr and float(roof["noshape"].sum()) >= 0.5 * unattr:
+            why = ("its kernels have no op shapes (graph replays with no captured or eager twin in the trace)"
+                   if len(side.events) and (side.events.graph >= 0).any()
+                   else "its kernels have no op shapes (traced without record_shapes)")
+        else:
+            why = "its kernels' ops have no FLOP model (Inductor / Triton kernels)"
+        out.append(f"no roofline for part of the GPU time: {ub:.0%} of the before side's compute-kernel time and "
+                   f"{ua:.0%} of the after side's have none, on the {less} side mostly because {why}; so compute- "
+                   "vs memory-bound is not compared, and the bottleneck statement sums them as GPU compute")
+    shares = []
+    for side in (b, a):
+        ev = side.events
+        m = phase_mask(side.profile, ev, ph) if ph is not None else np.ones(len(ev), bool)
+        if rank is not None:
+            m &= ev.rank == rank
+        tot = float(ev.dur[m].sum())
+        none = float(ev.dur[m & pd.isna(ev.role)].sum())
+        shares.append(none / tot if tot else None)
+    if None not in shares and abs(shares[1] - shares[0]) > REGION_GAP:
+        out.append(f"no region for part of the kernel time: {shares[0]:.0%} before, {shares[1]:.0%} after: the "
+                   "per-region rows compare the rest, and a region that looks smaller on one side may only have "
+                   "lost its label")
+    return out
+
+
+def _diff_profiles(before, after, phase, rank, shape_regions, labels, plain, repeats, force) -> DiffResult:
     b, a = _side(before, shape_regions[0]), _side(after, shape_regions[1])
+    plain = tuple(p if p is not None else from_run_meta(prof.meta) for p, prof in zip(plain, (before, after)))
+    comp = compare_facts(run_facts(before, b.events, b.tl, plain[0]), run_facts(after, a.events, a.tl, plain[1]))
+    forced = _refuse(comp, repeats, force)
     warnings = [w if w in a.events.warnings else f"before: {w}" for w in b.events.warnings]
     warnings += [f"after: {w}" for w in a.events.warnings if w not in b.events.warnings]
     warnings = list(dict.fromkeys(warnings))
     notes = list(dict.fromkeys(b.events.notes + a.events.notes))
-    preface = []
+    preface = forced + list(comp.flags)
     if b.events.source != a.events.source:
         what = {"kernels": "GPU (kernels)", "cpu_ops": "CPU (ops)"}
         preface.append(f"comparing a {what.get(b.events.source, b.events.source)} profile with a "
                        f"{what.get(a.events.source, a.events.source)} profile: the categories differ in meaning "
                        "(GPU idle vs time between CPU ops), so the verdict compares two set-ups, not a change")
-    mismatch = setup_mismatch(before, after)
-    if mismatch:
-        preface.insert(0, mismatch)  # first: the whole comparison rests on it
-    warnings = preface + warnings
     if rank is not None:
         for name, s in (("before", b), ("after", a)):
             if rank not in s.tl.ranks:
@@ -395,44 +352,55 @@ def _diff_profiles(before, after, phase, rank, shape_regions, labels) -> DiffRes
     ph, w = _choose_phase(b, a, phase)
     warnings += w
     phase_name = ph or "whole run"
-    # step time per shared phase
+    engine = None
+    eng = bool(b.tl.engine and a.tl.engine)
+    if b.tl.engine or a.tl.engine:
+        engine = tuple(describe(engine_steps(s.profile), ph) if s.tl.engine else "no engine steps" for s in (b, a))
+    warnings = preface + warnings
+    # step time per shared phase, with its noise band and its one-line verdict
     steps = []
-    # `other` (events outside every phase) has no steps: its "step time" would be a meaningless ratio
     shared = [p for p in b.tl.phases if p in a.tl.phases and p != "other"]
     if any(p == "other" for p in b.tl.phases + a.tl.phases) and ph != "other":
         ob, oa = b.tl.breakdown("other", rank), a.tl.breakdown("other", rank)
         notes.append(f"events outside every phase (set-up, work between the profiled steps): {fmt_ns(ob.span_ns)} "
                      f"busy before, {fmt_ns(oa.span_ns)} after; not a phase, not compared as steps")
+    stats: dict[str, tuple] = {}
     for p in shared or ([None] if ph is None else [ph]):
         sb = b.tl.step_stats(p, rank) if p else _whole(b.tl, rank)
         sa = a.tl.step_stats(p, rank) if p else _whole(a.tl, rank)
+        runs = (_run_medians(repeats[0], p, rank), _run_medians(repeats[1], p, rank)) if p else ([], [])
+        band = _band(sb, sa, runs) if sb.median_ns and sa.median_ns else None
+        mb, ma = ((StepMeans.of(b.tl.step_rows(p, rank)), StepMeans.of(a.tl.step_rows(p, rank))) if p
+                  else (None, None))
+        stats[p or phase_name] = (sb, sa, band, mb, ma)
         ch = (sa.median_ns / sb.median_ns - 1.0) if sb.median_ns and sa.median_ns else None
-        steps.append(StepChange(p or phase_name, sb.median_ns, sa.median_ns, ch, sb.steps, sa.steps, sb.method))
+        line = phase_line(p or phase_name, sb, sa, band, mb, ma, b.tl.engine_phase(p) and a.tl.engine_phase(p))
+        steps.append(StepChange(p or phase_name, sb.median_ns, sa.median_ns, ch, sb.steps, sa.steps, sb.method,
+                                sa.method, band.to_dict() if band is not None else None, sb.to_dict(), sa.to_dict(),
+                                line))
     bb, ba = b.tl.breakdown(ph, rank), a.tl.breakdown(ph, rank)
     if bb.span_ns == 0 or ba.span_ns == 0:
         raise NoEvidence(f"no wall time in the {phase_name} phase of the {'before' if bb.span_ns == 0 else 'after'} "
                          "profile: nothing to compare")
     cats = [CategoryChange(c, LABELS[c], bb.share(c), ba.share(c), bb.time_ns[c], ba.time_ns[c]) for c in CATEGORIES]
     dom = (bb.dominant, ba.dominant)
-    step = next((s for s in steps if s.phase == phase_name), None)
-    moves = step_moves(bb, ba, step.before_steps, step.after_steps) if step and ph is not None else []
-    eng = b.tl.engine and a.tl.engine
-    verdict = verdict_line(phase_name, cats, step, dom, moves, eng)
-    engine = None
-    if b.tl.engine or a.tl.engine:
-        engine = tuple(describe(engine_steps(s.profile), ph) if s.tl.engine else "no engine steps" for s in (b, a))
-        if not eng:
-            preface.append(f"only the {'before' if b.tl.engine else 'after'} profile has engine steps: the other's "
-                           "steps are not a serving engine's, so per-step host time is not comparable")
-            warnings.insert(0, preface[-1])
-    plain = plain_timing_change(before, after)
-    if plain:
-        notes.insert(0, plain["text"])
+    roofs = (_roof(b, ph, rank), _roof(a, ph, rank))
+    gap = roofline_lost(*roofs)
+    missing = _missing(b, a, gap, roofs, ph, rank)
+    bn_cats = merged_compute(cats) if gap is not None else cats
+    bn_dom = dom
+    if bn_cats is not cats:
+        by_b = {c.category: c.before_ns for c in bn_cats}
+        by_a = {c.category: c.after_ns for c in bn_cats}
+        bn_dom = (max(by_b, key=by_b.get), max(by_a, key=by_a.get))
+    bottleneck = verdict_line(phase_name, bn_cats, None, bn_dom)
     # work matching
-    wb, nb = _work(b, ph, rank)
-    wa, na = _work(a, ph, rank)
+    has_overlap = any(x is not None and x.overlap_ns > 0 for x in stats.get(phase_name, (None,) * 5)[3:])
+    wb, nb, rb, ob_ = _work(b, ph, rank, overlap=has_overlap)
+    wa, na, ra, oa_ = _work(a, ph, rank, overlap=has_overlap)
     per_step = nb > 0 and na > 0
-    nb, na = (nb, na) if per_step else (1, 1)
+    per_rank = per_step and max(rb, ra) > 1
+    nb, na = (nb * max(rb, 1), na * max(ra, 1)) if per_step else (1, 1)
     if not per_step:
         notes.append("no step markers on both sides: event times are totals, not per step")
     matched_b, matched_a = _agg(wb, ["role", "family"], nb), _agg(wa, ["role", "family"], na)
@@ -455,16 +423,32 @@ def _diff_profiles(before, after, phase, rank, shape_regions, labels) -> DiffRes
     for r in sorted(set(b.tl.ranks) | set(a.tl.ranks)):
         if rank is not None and r != rank:
             continue
-        sb = b.tl.step_stats(ph, r) if ph else _whole(b.tl, r)
-        sa = a.tl.step_stats(ph, r) if ph else _whole(a.tl, r)
-        by_rank.append(Delta(f"rank {r}", sb.median_ns or 0.0, sa.median_ns or 0.0))
+        sb_ = b.tl.step_stats(ph, r) if ph else _whole(b.tl, r)
+        sa_ = a.tl.step_stats(ph, r) if ph else _whole(a.tl, r)
+        by_rank.append(Delta(f"rank {r}", sb_.median_ns or 0.0, sa_.median_ns or 0.0))
     across = None
     if rank is None and max(len(b.tl.ranks), len(a.tl.ranks)) > 1:
-        across = {lab: (rank_analysis(s.profile, s.events, phase=ph).summary() if len(s.tl.ranks) > 1 else None)
-                  for lab, s in (("before", b), ("after", a))}
+        across = {lab: (rank_analysis(s.profile, s.events, phase=ph, tl=s.tl).summary() if len(s.tl.ranks) > 1
+                        else None) for lab, s in (("before", b), ("after", a))}
+    overlap_roles = {r: (ob_.get(r, 0.0) / nb, oa_.get(r, 0.0) / na) for r in set(ob_) | set(oa_)}
+    sb, sa, band, mb, ma = stats[phase_name]
+    pc = plain_change(*plain)
+    host_caveat = {s: ", ".join(x for x, on in (("synchronous launches", f.profiler.synchronous),
+                                                ("Python stacks", f.profiler.stacks)) if on)
+                   for s, f in zip(("before", "after"), comp.facts)}
+    regions = sorted((d for d in by_scope), key=lambda d: -abs(d.delta_ns))
+    ans = answer(phase_name, sb, sa, band, pc if (pc.before or pc.after) else None, mb, ma, regions, overlap_roles,
+                 bottleneck, missing, {k: v for k, v in host_caveat.items() if v},
+                 b.tl.engine_phase(ph) and a.tl.engine_phase(ph),
+                 (float(wb["count"].sum()) / nb, float(wa["count"].sum()) / na) if per_step else None)
+    step = next((s for s in steps if s.phase == phase_name), None)
+    if step is not None:
+        step.line = ans.headline
     return DiffResult(labels[0], labels[1], phase_name, rank, (b.events.source, a.events.source), steps, cats, dom,
-                      verdict, _path_changes(vb, va), matched, by_scope, by_layer, by_rank, per_step, layers,
-                      notes, warnings, plain=plain, ranks=across, moves=moves, engine=engine, preface=preface)
+                      ans.headline, _path_changes(vb, va), matched, by_scope, by_layer, by_rank, per_step, layers,
+                      notes, warnings, plain=pc.to_dict(), ranks=across,
+                      moves=step_moves(mb, ma), engine=engine, preface=preface, compared=comp, answer=ans,
+                      per_rank=per_rank, overlap_roles=overlap_roles)
 
 
 def _whole(tl: TimelineResult, rank: int | None):
@@ -472,5 +456,4 @@ def _whole(tl: TimelineResult, rank: int | None):
     if w.empty:
         return StepStats(NO_PHASE, 0, None, None, 0, "no events")
     per_rank = w.groupby("rank")["span_ns"].sum()
-    return StepStats(NO_PHASE, 1, float(per_rank.max()), float(per_rank.max()), int(per_rank.max()),
-                     "sum of window spans of the slowest rank (phases differ)")
+    return StepStats.of(NO_PHASE, [float(per_rank.max())], "sum of window spans of the slowest rank (phases differ)")

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.ranks.collectives import CollectiveStat, align_calls, collective_stats
+from mmprof.analysis.timeline.breakdown import timeline
 from mmprof.analysis.timeline.engine_steps import describe, engine_steps
 from mmprof.analysis.timeline.columns import CAT_COMM, group_codes
 from mmprof.analysis.timeline.events import events_of
@@ -38,7 +39,8 @@ _ORDER = {"prefill": 0, "mixed": 1, "decode": 2}
 
 @dataclass
 class RankPhase:
-    """One rank in one phase; times are means per step (totals when the phase has no step markers)."""
+    """One rank in one phase; times are medians over its steps (totals when the phase has no step markers): the step
+    is its timeline window (docs/glossary.md "step time"), busy <= step, transfer + waiting = in collectives."""
 
     rank: int
     phase: str
@@ -75,7 +77,7 @@ class StepStraggler:
     others_wait_ns: float    # mean wait of the other ranks in this step
     spread_ns: float         # most - least waiting rank
     share: float             # spread / the step's median span
-    regions: list[RegionExtra]
+    regions: list[RegionExtra]    # its extra time by layer (the first: this step's straggler layer), largest first
     step_ns: float | None = None  # the step's median span over ranks (what the shares are of)
 
     @property
@@ -269,9 +271,12 @@ def _phase_order(p: str) -> tuple:
 
 
 def rank_analysis(profile, events=None, shape_regions=None, threshold: float = THRESHOLD,
-                  phase: str | None = None) -> RanksResult:
-    """Imbalance across the ranks of one Profile (see the module docstring)."""
+                  phase: str | None = None, tl=None) -> RanksResult:
+    """Imbalance across the ranks of one Profile (see the module docstring). `tl`: the profile's timeline when the
+    caller has it (a step's time is its timeline window, docs/glossary.md "step time")."""
     ev = events if events is not None else events_of(profile, shape_regions=shape_regions)
+    if tl is None and len(ev):
+        tl = timeline(profile, ev)
     C = profile.tables["collectives"]
     nc = profile.n("collectives")
     if not len(ev) and not nc:
@@ -320,6 +325,12 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
              "reg": rows(rcodes, rcodes[:0]), "comm": rows(ev.cat == CAT_COMM, np.ones(nc, dtype=bool))}
     win, reg = _sweep(items) if len(w) else (pd.DataFrame(), pd.Series(dtype=float))
     wk = wk.join(win, on="w")
+    if tl is not None and len(wk):   # the step's time is its timeline window (the one definition of a step)
+        tw = tl.windows.set_index(["rank", "phase", "step"])["span_ns"]
+        keys = pd.MultiIndex.from_arrays([wk["rank"].to_numpy(), wk["phase"].to_numpy(), wk["step"].to_numpy()])
+        own = tw.reindex(keys).to_numpy()
+        wk["span"] = np.where(np.isnan(own), wk["span"].to_numpy(dtype=np.float64), own)
+        wk["busy"] = np.minimum(wk["busy"].to_numpy(dtype=np.float64), wk["span"].to_numpy(dtype=np.float64))
     # windows outside every step of a phase that has steps are scattered work (set-up, sampling): left out
     stepped = wk[wk["step"] >= 0].groupby(["rank", "phase"]).size()
     has_steps = pd.MultiIndex.from_frame(wk[["rank", "phase"]]).isin(stepped.index)
@@ -354,19 +365,26 @@ def rank_analysis(profile, events=None, shape_regions=None, threshold: float = T
             rt.index = S.index[pd.Index(S["w"]).get_indexer(rt.index)]
             extras[int(st)] = (s, rt)
         for r, R in W.groupby("rank"):
-            n = max(len(R), 1)
-            comm, wait = float(R["comm"].sum()) / n, float(R["wait"].sum()) / n
+            # medians over the rank's steps (the step time every command shows); transfer + waiting = in collectives
+            comm = float(np.median(np.minimum(R["comm"], R["busy"])))
+            wait = float(np.median(np.minimum(R["wait"], R["comm"]))) if comm else float(np.median(R["wait"]))
             wait = min(wait, comm) if comm else wait
-            per_rank.append(RankPhase(int(r), ph, len(R) if per_step else 1, float(R["span"].sum()) / n,
-                                      float(R["busy"].sum()) / n, comm, max(comm - wait, 0.0), wait,
+            per_rank.append(RankPhase(int(r), ph, len(R) if per_step else 1, float(np.median(R["span"])),
+                                      float(np.median(R["busy"])), comm, max(comm - wait, 0.0), wait,
                                       sum(1 for x in step_rows if x[1] == r)))
         for st, s, ow, sp, sh in step_rows:
-            steps_out.append(StepStraggler(ph, st, s, ow, sp, sh, _extra(extras[st][1], s, info, runiq)[:3],
+            steps_out.append(StepStraggler(ph, st, s, ow, sp, sh,
+                                           [x for x in by_layer(_extra(extras[st][1], s, info, runiq)) if x.extra_ns > 0][:3],
                                            step_med.get(st)))
         phases_out.append(_verdict(ph, W, per_step, step_rows, extras, cw, info, runiq, threshold))
         if phases_out[-1].finding:
             v = phases_out[-1]
-            where = ", ".join(f"{x.region} (+{fmt_ns(x.extra_ns)})" for x in v.layers[:3] if x.extra_ns > 0)
+            # the straggler layer (docs/glossary.md): the one layer where its extra time is largest, as the verdict
+            top = v.layers[0] if v.layers and v.layers[0].extra_ns > 0 else None
+            rest = sum(x.extra_ns for x in v.layers[1:] if x.extra_ns > 0)
+            where = (f"{top.region} (+{fmt_ns(top.extra_ns)} per step" + (f"; +{fmt_ns(rest)} more spread over "
+                     f"{sum(1 for x in v.layers[1:] if x.extra_ns > 0)} other layers" if rest > 0 else "") + ")"
+                     if top else "")
             med = f"the {fmt_ns(v.step_ns)} median step" if v.step_ns else "the median step"
             spread = (f"the ranks' waits for peers differ by {v.imbalance:.0%} of {med} (threshold {threshold:.0%})")
             if not v.consistent:  # no rank to name: the least waiting rank changes from step to step
@@ -397,6 +415,16 @@ def _region_extra(region: str, v: float, info: pd.DataFrame) -> RegionExtra:
     layer = int(info.at[region, "layer"]) if region in info.index else -1
     role = info.at[region, "role"] if region in info.index else None
     return RegionExtra(region, layer, role if isinstance(role, str) else None, v)
+
+
+def by_layer(regions: list[RegionExtra]) -> list[RegionExtra]:
+    """Extra time per layer (model-level regions on their own), largest first: the first is the straggler layer
+    (docs/glossary.md), for a phase or for one step."""
+    acc: dict[str, list] = {}
+    for x in regions:
+        acc.setdefault(_label(x.region, x.layer), []).append(x)
+    return sorted((RegionExtra(k, v[0].layer, None, sum(y.extra_ns for y in v)) for k, v in acc.items()),
+                  key=lambda x: -x.extra_ns)
 
 
 def _verdict(ph, W, per_step, step_rows, extras, cw, info, runiq, threshold) -> PhaseVerdict:
@@ -432,11 +460,10 @@ def _verdict(ph, W, per_step, step_rows, extras, cw, info, runiq, threshold) -> 
         for c, v in ex.items():
             acc[int(c)] = acc.get(int(c), 0.0) + float(v)
     regions = sorted((_region_extra(runiq[c], v / steps_used, info) for c, v in acc.items()), key=lambda x: -x.extra_ns)
-    by_layer: dict[str, list] = {}
+    layers = by_layer(regions)
+    grouped: dict[str, list] = {}
     for x in regions:
-        by_layer.setdefault(_label(x.region, x.layer), []).append(x)
-    layers = sorted((RegionExtra(k2, v[0].layer, None, sum(y.extra_ns for y in v)) for k2, v in by_layer.items()),
-                    key=lambda x: -x.extra_ns)
+        grouped.setdefault(_label(x.region, x.layer), []).append(x)
     others_all = cw[(cw["phase"] == ph) & (cw["rank"] != strag) & cw["aligned"]]
     coll = others_all.groupby("name")["wait"].sum()
     coll_name = str(coll.idxmax()) if len(coll) and coll.max() > 0 else None
@@ -445,7 +472,7 @@ def _verdict(ph, W, per_step, step_rows, extras, cw, info, runiq, threshold) -> 
     top = layers[0] if layers and layers[0].extra_ns > 0 else None
     role = None
     if top is not None:
-        inner = [x for x in by_layer[top.region] if x.extra_ns > 0]
+        inner = [x for x in grouped[top.region] if x.extra_ns > 0]
         role = inner[0].role if inner else None
     finding = imb >= threshold
     in_coll = f" in {coll_name}" if coll_name else ""

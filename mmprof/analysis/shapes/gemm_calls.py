@@ -47,3 +47,20 @@ def canonical(op: str, shapes: list[list[int]]) -> tuple[int, int, int, int] | N
     except (IndexError, TypeError):
         return None
     return None
+
+
+FUSED_MOE_OPS = re.compile(r"fused_moe|fused_experts|moe_forward|fmoe", re.I)
+
+
+def expert_pair(op: str, shapes: list[list[int]]) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
+    """((E, N, K) of w1, (E, N, K) of w2) of a fused-MoE call that takes both expert weights (vLLM's
+    `outplace_fused_experts(hidden, w1, w2, ...)`, AITER's fused MoE): hidden [T, H], w1 [E, 2I, H], w2 [E, H, I]."""
+    if not FUSED_MOE_OPS.search(op or ""):
+        return None
+    s = [x for x in shapes if isinstance(x, list)]
+    if len(s) < 3 or len(s[0]) != 2 or len(s[1]) != 3 or len(s[2]) != 3:
+        return None
+    h = s[0][1]
+    if s[1][2] != h or s[2][1] != h or s[1][0] != s[2][0]:
+        return None
+    return (s[1][0], s[1][1], s[1][2]), (s[2][0], s[2][1], s[2][2])

@@ -419,3 +419,13 @@ def _from_ancestors(reg: Regions, parent: np.ndarray, max_depth: int = 64) -> No
 
 def role_counts(ss: ShapeStructure) -> Counter:
     return Counter(r for r in ss.regions.role if r is not None)
+
+
+def weight_gemm_shapes(profile, spec: ModelSpec) -> Counter:
+    """(N, K, groups) -> count of the profile's outermost weight GEMMs with input shapes (for telling its TP)."""
+    out: Counter = Counter()
+    for ops in _candidates(profile, spec, 1).values():
+        for o in ops:
+            if o.mnkg is not None:
+                out[o.mnkg[1:]] += 1
+    return out

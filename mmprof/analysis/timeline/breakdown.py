@@ -30,7 +30,10 @@ the first step to the last and the step time is the step-to-step period. Work la
 sampler runs after `execute_model`) is busy time of the step before; the idle time there is idle_between.
 
 Overlapping streams are counted once: at each instant the highest category in the order above wins, so
-communication overlapped with compute counts as compute (reported separately as `comm_overlapped_ns`).
+communication overlapped with compute counts as compute (reported separately as `comm_overlapped_ns`). Each window
+also keeps `overlap_ns`: device time that ran while other device work ran (on another stream, e.g. a shared
+expert on a side stream beside the routed experts), so that the summed event time of a window is its busy time
+plus its overlap (docs/glossary.md "overlap").
 
 A window spans its first event start to its last event end; where the windows of one rank overlap (a step's
 last kernel still runs when the next step's first kernel starts), each instant goes to the latest-started window
@@ -64,6 +67,7 @@ LABELS = {"compute_bound": "compute-bound", "memory_bound": "memory-bound", "una
           "idle_other": "idle: other", "idle_between": "idle: host between engine steps",
           "idle_prep": "idle: host work inside the step"}
 ENGINE_CATEGORIES = ("idle_between", "idle_prep")  # only engine-step windows have these
+BUSY_CATEGORIES = CATEGORIES[:5]                   # a device event runs (GPU busy); the rest are idle
 KIND_WINDOW, KIND_BETWEEN, KIND_PREP, KIND_ENGINE = 0, 1, 2, 3  # window piece kinds (KIND_ENGINE: an engine step's)
 _BUSY = 5
 
@@ -100,15 +104,43 @@ class Breakdown:
 
 @dataclass
 class StepStats:
+    """The step time of a phase (docs/glossary.md "step time"): per step the slowest rank's window (`step_rows`),
+    the median over the steps and the distribution (p10, p90, min, max) of those values."""
+
     phase: str
     steps: int
     median_ns: float | None
     mean_ns: float | None
     total_ns: int
     method: str  # how the step time was measured
+    p10_ns: float | None = None
+    p90_ns: float | None = None
+    min_ns: float | None = None
+    max_ns: float | None = None
+    values: list[float] = field(default_factory=list)   # every step's time, in step order
+
+    @classmethod
+    def of(cls, phase: str, values, method: str) -> "StepStats":
+        v = np.asarray(values, dtype=np.float64)
+        if not len(v):
+            return cls(phase, 0, None, None, 0, "no events")
+        return cls(phase, len(v), float(np.median(v)), float(v.mean()), int(v.sum()), method,
+                   float(np.percentile(v, 10)), float(np.percentile(v, 90)), float(v.min()), float(v.max()),
+                   [float(x) for x in v])
+
+    @property
+    def spread(self) -> float | None:
+        """(p90 - p10) / median over the steps; None with fewer than 3 steps (no spread to speak of)."""
+        if self.steps < 3 or not self.median_ns:
+            return None
+        return ((self.p90_ns or 0.0) - (self.p10_ns or 0.0)) / self.median_ns
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+STEP_METHOD_ENGINE = "median over engine steps of the slowest rank's step-to-step period"
+STEP_METHOD_MARKED = "median over steps of the slowest rank's span from its first to its last device event"
 
 
 @dataclass
@@ -121,6 +153,7 @@ class TimelineResult:
     warnings: list[str]
     engine: bool = False        # some rank's steps are a serving engine's steps (idle_between / idle_prep apply)
     pieces: dict = field(default_factory=dict)  # rank -> (start, end, window, kind) of its engine-step pieces
+    _memo: dict = field(default_factory=dict, repr=False)   # step_rows per (phase, rank): the windows never change
 
     @property
     def phases(self) -> list[str]:
@@ -149,19 +182,41 @@ class TimelineResult:
         return Breakdown(int(w["span_ns"].sum()), {c: int(w[c].sum()) for c in CATEGORIES},
                          int(w["comm_total_ns"].sum()), int(w["comm_overlapped_ns"].sum()), len(w))
 
+    def step_rows(self, phase: str, rank: int | None = None) -> pd.DataFrame:
+        """One row per step of a phase (steps >= 0, in step order): the window of the slowest rank in that step (of
+        `rank` when given): rank, step, span_ns and every category. The one definition of a step's time and of
+        its parts that every command uses (docs/glossary.md): the parts of a row add up to its span_ns."""
+        key = ("step_rows", phase, rank)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        w = self._select(phase, rank)
+        w = w[w["step"] >= 0]
+        if len(w):
+            w = w.sort_values(["step", "span_ns", "rank"], ascending=[True, False, True], kind="stable")
+            w = w.drop_duplicates("step", keep="first").reset_index(drop=True)
+        self._memo[key] = w
+        return w
+
     def step_stats(self, phase: str, rank: int | None = None) -> StepStats:
-        """Step time of a phase: per step the slowest rank's span; median over steps."""
+        """Step time of a phase: per step the slowest rank's window span (`step_rows`); median over steps, with
+        the steps' distribution. A phase with no step markers has one "step": its slowest rank's event span."""
         w = self._select(phase, rank)
         if w.empty:
             return StepStats(phase, 0, None, None, 0, "no events")
+        rows = self.step_rows(phase, rank)
+        if len(rows):
+            return StepStats.of(phase, rows["span_ns"].to_numpy(), STEP_METHOD_ENGINE if self.engine_phase(phase)
+                                else STEP_METHOD_MARKED)
         per_step = w.groupby("step")["span_ns"].max()
-        known = per_step[per_step.index >= 0]
-        if len(known):
-            how = ("median over engine steps of the slowest rank's step-to-step period" if self.engine
-                   else "median over steps of the slowest rank's event span")
-            return StepStats(phase, len(known), float(known.median()), float(known.mean()), int(known.sum()), how)
-        return StepStats(phase, 1, float(per_step.max()), float(per_step.max()), int(per_step.max()),
-                         "event span of the phase (no step markers)")
+        return StepStats.of(phase, [float(per_step.max())], "event span of the phase (no step markers)")
+
+    def engine_phase(self, phase: str | None) -> bool:
+        """Whether a phase's steps are a serving engine's steps (their windows tile the timeline: step-to-step)."""
+        if not self.engine:
+            return False
+        w = self._select(phase, None)
+        return bool(len(w) and (w["rank"].isin(list(self.pieces))).any())
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "notes": self.notes, "warnings": self.warnings,
@@ -230,7 +285,7 @@ def timeline(profile, events: EventFrame | None = None) -> TimelineResult:
     wend = np.where(acc.own_s <= acc.own_e, acc.own_e, ext_e)
     w = pd.DataFrame({"rank": g_rank, "phase": g_phase, "step": g_step,
                       "start_ns": wstart, "end_ns": wend, "span_ns": span, **cols,
-                      "comm_total_ns": acc.comm_total, "comm_overlapped_ns": acc.comm_over})
+                      "comm_total_ns": acc.comm_total, "comm_overlapped_ns": acc.comm_over, "overlap_ns": acc.overlap})
     return TimelineResult(ev.source, w, list(ev.notes), list(ev.warnings), engine, pieces)
 
 
@@ -298,6 +353,7 @@ class _Acc:
         self.prep = np.zeros(G, dtype=np.int64)
         self.comm_total = np.zeros(G, dtype=np.int64)
         self.comm_over = np.zeros(G, dtype=np.int64)
+        self.overlap = np.zeros(G, dtype=np.int64)    # event time beyond the busy union (two or more running)
         self.own_s = np.full(G, np.iinfo(np.int64).max, dtype=np.int64)
         self.own_e = np.full(G, np.iinfo(np.int64).min, dtype=np.int64)
 
@@ -390,6 +446,11 @@ def _sweep_rank(idx: np.ndarray, gcode: np.ndarray, ev: EventFrame, segs, scatte
     acc.comm_total += np.bincount(owner[sel], weights=seg[sel], minlength=G).astype(np.int64)
     sel = sel & (act >= 0) & (act < CAT_COMM)
     acc.comm_over += np.bincount(owner[sel], weights=seg[sel], minlength=G).astype(np.int64)
+    # overlap: where k >= 2 events run at once, k - 1 of them run beside the others (summed event time = busy + this)
+    nact = np.cumsum(d, dtype=np.int64 if len(t) >= 1 << 31 else np.int32)
+    sel = ok & (nact >= 2)
+    if sel.any():
+        acc.overlap += np.bincount(owner[sel], weights=seg[sel] * (nact[sel] - 1.0), minlength=G).astype(np.int64)
     # idle inside a window piece; the gap is host-bound when the launch call of the event that ends it had not
     # returned when the gap began (the GPU waits for the host)
     for k, arr in ((KIND_BETWEEN, acc.between), (KIND_PREP, acc.prep)):  # idle between engine steps: the host's

@@ -1,4 +1,7 @@
-"""How much of a profile's device time the classification rules explain, per family and per library."""
+"""How much of a profile's device time the classification rules explain, per family and per library.
+
+The events are the event frame's (docs/glossary.md "kernel"): kernels (rows of the kernels table, what `summary`
+counts as kernels) and copies (memcpy / memset rows), counted apart; on a CPU run the outermost compute ops."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from mmprof.analysis.timeline.columns import TABLE_KERNELS, TABLE_MEMCPY
 from mmprof.analysis.timeline.events import EventFrame
 from mmprof.names import display_name
 
@@ -16,19 +20,22 @@ class Coverage:
     """How much of the kernel time the rules explain, per family and per library."""
 
     source: str  # kernels | cpu_ops
-    events: int
+    events: int               # every device event classified: kernels + copies (or CPU ops on a CPU run)
     total_ns: int
     unclassified_ns: int
     by_family: list[dict[str, Any]]
     by_library: list[dict[str, Any]]
     unclassified: list[dict[str, Any]]  # name, display_name, count, time_ns
+    kernels: int = 0          # rows of the kernels table (what `summary` calls kernels)
+    copies: int = 0           # memcpy / memset rows (what `summary` calls memcpy)
 
     @property
     def unclassified_share(self) -> float:
         return self.unclassified_ns / self.total_ns if self.total_ns else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "events": self.events, "total_ns": self.total_ns,
+        return {"source": self.source, "events": self.events, "kernels": self.kernels, "copies": self.copies,
+                "total_ns": self.total_ns,
                 "unclassified_ns": self.unclassified_ns, "unclassified_share": self.unclassified_share,
                 "by_family": self.by_family, "by_library": self.by_library, "unclassified": self.unclassified}
 
@@ -49,7 +56,10 @@ def coverage(frame: EventFrame) -> Coverage:
 
     unc = df[df["rule"].isna()]
     ug = unc.groupby("name", sort=False)["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False)
+    kernels = int((frame.table == TABLE_KERNELS).sum()) if source == "kernels" else 0
+    copies = int((frame.table == TABLE_MEMCPY).sum()) if source == "kernels" else 0
     return Coverage(source=source, events=len(df), total_ns=total, unclassified_ns=int(unc["dur"].sum()),
+                    kernels=kernels, copies=copies,
                     by_family=group("family"), by_library=group("library"),
                     unclassified=[{"name": k, "display_name": display_name(k), "count": int(r["count"]),
                                    "time_ns": int(r["sum"])} for k, r in ug.iterrows()])

@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 
 from mmprof.analysis.checks.verify import verify
+from mmprof.analysis.compare.comparability import CLEANER, trace_caveats
+from mmprof.analysis.compare.runfacts import profiler_settings
 from mmprof.analysis.timeline.engine_steps import describe, engine_steps
 from mmprof.analysis.timeline.columns import CAT_COMM, CAT_MEMCPY
 from mmprof.analysis.timeline.events import EventFrame, events_of
@@ -282,7 +284,10 @@ def build_report(profile, phase: str | None = None, rank: int | None = None, top
     es = engine_steps(profile) if tl.engine else None
     engine = {ph: describe(es[es["rank"] == (rank if rank is not None else es["rank"].min())], ph)
               for ph in phases} if es is not None and len(es) else {}
+    # the profiler's own cost on what this report calls host time (docs/glossary.md "host time")
+    caveats = trace_caveats(profiler_settings(profile, ev))
+    caveats += [CLEANER] if caveats else []
     checks, log = _checks(profile, shape_regions)
     return Report(ev.source, devices, agg, per_rank, checks, list(tl.notes),
-                  list(dict.fromkeys(tl.warnings + la.warnings)), graph_summary(profile, ev, rank), across,
+                  list(dict.fromkeys(tl.warnings + la.warnings + caveats)), graph_summary(profile, ev, rank), across,
                   engine={k: v for k, v in engine.items() if v != "no engine steps"}, log=log)

@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 from mmprof.analysis.checks.verify import verify
 from mmprof.analysis.compare.diff import diff_profiles
-from mmprof.analysis.timeline.noise import measurement_warnings, speedup_noise
+from mmprof.analysis.compare.bands import runs_band
+from mmprof.analysis.timeline.noise import measurement_warnings
 from mmprof.analysis.views.summary import summarize
 from mmprof.capture.workflows.run_options import Progress, RunOptions
 from mmprof.capture.workflows.run import run_workload
@@ -55,7 +56,7 @@ class DemoResult:
     out_dir: str
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> profile path, switches, tok/s
     speedup: dict[str, float | None] = field(default_factory=dict)
-    speedup_noise: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> band, inside (noise.py)
+    speedup_noise: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> band, inside (compare/bands.py)
     steps: list[Step] = field(default_factory=list)
     overlap: dict[str, Any] | None = None
     seconds: float = 0.0
@@ -103,9 +104,11 @@ def run_demo(out_dir: str | Path, batch: int = 1, prompt_len: int = 128, decode_
         opts[label], profiles[label] = o, profile
     b, a = (res.runs[k]["tokens_per_s"]["plain"] for k in ("before", "after"))
     res.speedup = {ph: (a[ph] / b[ph] if b[ph] else None) for ph in ("prefill", "decode")}
-    for ph in ("prefill", "decode"):
-        band, inside = speedup_noise(runs_meta["before"], runs_meta["after"], ph)
-        res.speedup_noise[ph] = {"band": band, "inside": inside}
+    for ph in ("prefill", "decode"):   # the plain runs' own spread, as `mmprof diff` judges it (compare/bands.py)
+        runs = [((runs_meta[k].get("timings") or {}).get("plain") or {}).get(f"{ph}_ms_all") or [] for k in
+                ("before", "after")]
+        band = runs_band(*runs)
+        res.speedup_noise[ph] = {"band": band.to_dict() if band else None, "inside": band.within if band else None}
     paths = {k: res.runs[k]["profile"] for k in res.runs}
     for label in ("before", "after"):
         if progress:

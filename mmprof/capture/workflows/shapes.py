@@ -1,11 +1,13 @@
 """`mmprof shapes` as a library: the three ways to get per-rank shapes, each returning one `ShapesResult`.
 
-- `analytic_shapes`: the runtime builds every rank on the meta device (`mmprof.runtime.analytic`); findings
-  SH001-SH004 and SH007 (which compares with the same model at TP 1);
+- `analytic_shapes`: the runtime builds every rank on the meta device (`mmprof.runtime.analytic`), or, with an
+  `engine`, the arithmetic of that engine's layout (`mmprof.analysis.shapes.layouts`, rules/layouts.toml: vLLM
+  CUDA / ROCm, SGLang, transformers); findings SH001-SH004 and SH007 (which compares with the same model at TP 1);
 - `live_shapes`: real ranks of the reference runtime record what each GEMM / attention call receives
   (`mmprof.capture.workflows.shapes_live`), compared with the analytic shapes (SH005, SH006);
 - `profile_shapes`: GEMM-like ops recorded with shapes in per-rank traces, compared with each other (SH005) and,
-  given a model config and TP size, with the analytic shapes (SH006).
+  given a model config, with the per-rank shapes of the layout of the engine that wrote the trace (SH006) at the
+  TP size the trace shows (a `tp` that contradicts its shapes is refused).
 
 This sits in the capture layer because it joins the runtime (analytic shapes) with the analyses (findings).
 """
@@ -18,6 +20,9 @@ from collections import Counter, defaultdict
 from mmprof.analysis.checks.shapes_analytic import analytic_findings
 from mmprof.analysis.checks.shapes_observed import calls_from_profile, compare_calls, cross_rank, role_of
 from mmprof.analysis.checks.shapes_traced import traced_findings
+from mmprof.analysis.shapes.engines import engine_of
+from mmprof.analysis.shapes.layouts import layout_shapes, parse_switches, resolve
+from mmprof.analysis.shapes.trace_tp import check_tp
 from mmprof.analysis.shapes.shape_match import match_profile, profile_tp
 from mmprof.capture.workflows.shapes_live import capture_live
 from mmprof.errors import BadInput, NoEvidence
@@ -49,14 +54,30 @@ def _check_workload(batch: int, seq: int) -> None:
 
 
 def analytic_shapes(model: str = "m3", tp: int = 8, ep: int = 1, batch: int = 1, seq: int = 1024,
-                    phase: str = "decode", dtype: str = "bf16") -> ShapesResult:
-    """Per-rank shapes of `model` at TP `tp` (EP `ep`) with the analytic findings."""
+                    phase: str = "decode", dtype: str = "bf16", engine: str = "runtime",
+                    layout_opts: tuple[str, ...] = (), platform: str | None = None) -> ShapesResult:
+    """Per-rank shapes of `model` at TP `tp` (EP `ep`) in `engine`'s layout, with the analytic findings."""
     _check_parallel(tp, ep)
     _check_workload(batch, seq)
-    args = resolve_model(model)
-    res = analytic(args, tp, ep, batch, seq, phase, dtype)
-    res.findings = analytic_findings(res, unsharded(res))
+    lay = resolve(engine, platform)
+    if lay.id == "runtime" and not layout_opts:
+        args = resolve_model(model)
+        res = analytic(args, tp, ep, batch, seq, phase, dtype)
+        res.findings = analytic_findings(res, unsharded(res))
+        return res
+    spec = _spec_of(model)
+    sw = parse_switches(lay, layout_opts)
+    res = layout_shapes(spec, lay, tp, ep, batch, seq, phase, dtype, sw)
+    one = layout_shapes(spec, lay, 1, 1, batch, seq, phase, dtype, sw) if tp > 1 else None
+    res.findings = analytic_findings(res, one)
     return res
+
+
+def _spec_of(model: str) -> ModelSpec:
+    """A runtime preset or any family's config.json as a ModelSpec."""
+    if model in PRESETS:
+        return to_spec(resolve_model(model))
+    return ModelSpec.load(model)
 
 
 def unsharded(res: ShapesResult) -> ShapesResult | None:
@@ -87,18 +108,29 @@ def live_shapes(model: str = "tiny", tp: int = 2, ep: int = 1, device: str = "cp
 
 
 def profile_shapes(paths: list[str], tp: int | None = None, ep: int = 1, model: str | None = None,
-                   dtype: str = "bf16") -> ShapesResult:
+                   dtype: str = "bf16", engine: str | None = None, layout_opts: tuple[str, ...] = ()) -> ShapesResult:
     """Traced shapes of per-rank traces (or a saved Profile), compared across ranks and, when the model is known
-    (`model`: a preset or any family's config.json; else the profile's meta), with the per-rank shapes the config
-    gives: GEMMs and attention labelled by annotations, module events or shape matching; findings SH005, SH006
-    (our runtime's labels), SH008 (work replicated across TP ranks) and SH009 (GEMMs the config does not
-    explain)."""
+    (`model`: a preset or any family's config.json; else the profile's meta), with the per-rank shapes of the layout
+    of the engine that wrote the trace (`engine` overrides it): GEMMs and attention labelled by annotations, module
+    events or shape matching; findings SH005, SH006, SH008 (work replicated across TP ranks) and SH009 (GEMMs the
+    config does not explain). The TP size is the trace's (its metadata, else its shapes); a `tp` its shapes
+    contradict is bad input."""
     if tp is not None:
         _check_parallel(tp, ep)
     profile = import_paths(paths)
+    guess = engine_of(profile)
+    if engine:
+        lay = resolve(engine, guess.platform)
+    else:
+        lay = resolve(guess.engine if guess.engine in ("vllm", "sglang", "transformers") else "runtime",
+                      guess.platform)
     args, spec = _resolve_any(model, profile)
     par = profile.meta.get("parallel") or {}
-    tp = tp or par.get("tp") or (profile_tp(profile) if spec is not None else None)
+    shown = check_tp(profile, spec, tp, ep)
+    if tp is not None and isinstance(par.get("tp"), int) and par["tp"] != tp:
+        raise BadInput(f"--tp {tp} contradicts the trace: its metadata says TP {par['tp']} ({shown.evidence()}); "
+                       "leave --tp out")
+    tp = tp or par.get("tp") or shown.tp or (profile_tp(profile) if spec is not None else None)
     ep = ep if ep != 1 else par.get("ep", 1) or 1
     ss = match_profile(profile, spec, tp, ep) if spec is not None else None
     # calls without region labels take the regions the shape matching gave them (one labelling for both counts)
@@ -107,20 +139,28 @@ def profile_shapes(paths: list[str], tp: int | None = None, ep: int = 1, model: 
         raise NoEvidence(f"{', '.join(map(str, paths))}: no GEMM-like or attention ops with input shapes; record "
                          "with shapes (torch.profiler record_shapes=True, or mmprof record)")
     ranks = sorted({c.rank for c in calls}) or profile.ranks
-    if args is not None and tp:
-        res = analytic(args, tp, ep, dtype=dtype)
+    why = f"engine {guess.engine} ({guess.evidence})" if guess.engine != "unknown" else \
+        ("engine unknown (no runtime dispatch log, engine steps, custom ops or module classes mmprof knows): the "
+         "reference runtime's layout; pass --engine NAME for the engine that wrote the trace")
+    if spec is not None and tp:
+        if lay.id == "runtime" and args is not None and not layout_opts:
+            res = analytic(args, tp, ep, dtype=dtype)
+        else:
+            res = layout_shapes(spec, lay, tp, ep, dtype=dtype, switches=parse_switches(lay, layout_opts))
         res.comparison = compare_calls(calls, res, "profile")
         res.notes.append(f"profile: compared the {len(calls)} traced calls in known regions (mmprof's labels, module "
-                         f"events or shape matching) with the analytic shapes of {args.name} at TP {tp}")
+                         f"events or shape matching) with the {lay.id} layout of {res.model} at TP {tp} "
+                         f"({'--engine' if engine else why}; TP {_tp_source(tp, shown)})")
     else:
         name = (spec.model_type or spec.family) if spec is not None else "(unknown)"
         res = ShapesResult(model=name, tp=tp or len(ranks), ep=ep, dtype=dtype, workload=Workload(), ranks=[],
-                           config=spec.to_dict() if spec is not None else {})
+                           config=spec.to_dict() if spec is not None else {}, layout=lay.id)
         res.comparison = Comparison("profile", len(calls), 0, [], 0, 0, _per_rank(calls), cross_rank(calls),
                                     compared=False)
         if spec is None:
             res.notes.append("profile meta has no model config / TP size: ranks compared with each other only "
-                             "(pass --model and --tp to compare with the model's per-rank shapes too)")
+                             "(pass --model CONFIG to compare with the model's per-rank shapes too)")
+    res.engine = guess.to_dict()
     res.findings.extend(res.comparison.findings)
     if ss is not None:
         res.findings.extend(traced_findings(ss.report, profile))
@@ -149,6 +189,12 @@ def _resolve_any(model: str | None, profile) -> tuple[ModelArgs | None, ModelSpe
         args = _args_from_meta(meta_model)
         return args, to_spec(args)
     return None, None
+
+
+def _tp_source(tp: int, shown) -> str:
+    if shown.tp == tp:
+        return f"from the trace: {shown.evidence()}"
+    return f"from --tp or the profile's metadata ({shown.evidence()})"
 
 
 def _per_rank(calls) -> dict[int, dict[str, int]]:

@@ -15,8 +15,10 @@ if TYPE_CHECKING:  # an annotation only: `mmprof rules` renders here without imp
 
 
 def render_coverage(cov: Coverage, con, top: int = 25, show_unclassified: bool = False) -> None:
-    what = "kernels" if cov.source == "kernels" else "CPU ops (no GPU kernels)"
-    con.print(f"{cov.events:,} {what}, {cov.total_ns / 1e6:,.3f} ms; unclassified: "
+    what = (f"kernels and {cov.copies:,} copies" if cov.copies else "kernels") if cov.source == "kernels" \
+        else "CPU ops (no GPU kernels)"
+    n = cov.kernels if cov.source == "kernels" else cov.events
+    con.print(f"{n:,} {what}, {cov.total_ns / 1e6:,.3f} ms; unclassified: "
               f"[{'red' if cov.unclassified_share > 0.05 else 'green'}]{100 * cov.unclassified_share:.2f}%[/] of time "
               f"({len(cov.unclassified)} names)")
     for title, rows, key in (("by family", cov.by_family, "family"), ("by library", cov.by_library, "library")):

@@ -22,13 +22,16 @@ def _x(v: float | None) -> str:
 
 
 def _noise(res, phase: str) -> str:
-    """The speed-up's noise band from the plain repeats; flagged when the speed-up lies inside it."""
+    """The speed-up's noise band from the plain repeats (the time's change over every pair of runs, as `mmprof diff`
+    judges it); flagged when the speed-up lies inside it."""
     n = (getattr(res, "speedup_noise", None) or {}).get(phase) or {}
-    if n.get("band") is None:
+    b = n.get("band")
+    if not b:
         return " (no noise band: one plain run)"
+    span = f"time {b['lo']:+.0%} to {b['hi']:+.0%} over the runs"
     if n.get("inside"):
-        return f" [yellow](inside the run-to-run spread ±{n['band']:.0%}: not a measured change)[/]"
-    return f" (run-to-run spread ±{n['band']:.0%})"
+        return f" [yellow](within noise: {span}; not a measured change)[/]"
+    return f" ({span})"
 
 
 def _step_line(con, s, what: str) -> bool:
@@ -107,9 +110,15 @@ def _render_diff(con, res) -> None:
     if not _step_line(con, s, "diff"):
         return
     d = s.data
-    _line(con, 2, f"verdict (from the profiled runs): [bold]{markup(d.get('verdict'))}[/]")
-    if d.get("plain"):  # the profiler stretches step times; the plain timing is the one to trust for speed
-        _line(con, 2, f"{markup(d['plain']['text'])}")
+    ans = d.get("answer") or {}
+    lines = {x["key"]: x["text"] for x in ans.get("lines") or []}
+    # which is faster on what evidence first: the plain timing where it decides, the profiled steps with their
+    # noise band otherwise, and why the two disagree when they do (the profiler slows the two runs differently)
+    _line(con, 2, f"[bold]{markup(lines.get('faster') or d.get('verdict'))}[/]")
+    for key in ("step", "plain", "disagree", "why"):
+        if key in lines:
+            style = "yellow" if key == "disagree" else ""
+            _line(con, 4, f"{key}: " + (f"[{style}]{markup(lines[key])}[/]" if style else markup(lines[key])))
     _line(con, 2, "kernel paths that changed, per region:")
     for p in (d.get("path_changes") or [])[:6]:
         _line(con, 4, f"{markup(p.get('summary') or _path_change(p))}")

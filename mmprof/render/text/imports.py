@@ -17,3 +17,5 @@ def render_import(result: dict, inputs: int, con) -> None:
     for w in result["warnings"]:
         con.print(f"  [yellow]warning:[/] {markup(w)}")
     con.print(f"  wrote {markup(result['output'])} ({result['import_s']:.2f}s import, {result['save_s']:.2f}s save)")
+    if result.get("store"):
+        con.print(f"  added to the store {markup(result['store']['dir'])} as run {markup(result['store']['run'])}")

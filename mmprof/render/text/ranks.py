@@ -66,7 +66,7 @@ def render_ranks(result, console, steps: int = STEP_ROWS) -> None:
     for n in result.notes:
         console.print(f"[dim]note: {escape(n)}[/dim]")
     if result.per_rank:
-        t = table("time per rank and step (ms; means over steps)",
+        t = table("time per rank and step (ms; medians over steps)",
                   [("phase", "l"), ("rank", "r"), ("steps", "r"), ("step", "r"), ("busy", "r"),
                    ("in\ncoll.", "r"), ("trans-\nfer", "r"), ("wait-\ning", "r"), ("strag-\ngler", "r")])
         for r in result.per_rank:
@@ -77,7 +77,7 @@ def render_ranks(result, console, steps: int = STEP_ROWS) -> None:
         rows = sorted(result.steps, key=lambda s: -s.spread_ns)[:steps]
         t = table(f"straggler per step (the {len(rows)} most imbalanced of {len(result.steps)})",
                   [("phase", "l"), ("step", "r"), ("rank", "r"), ("others\nwait ms", "r"), ("wait\n% step", "r"),
-                   ("spread\nms", "r"), ("spread\n% step", "r"), ("its extra time in (ms)", "w")])
+                   ("spread\nms", "r"), ("spread\n% step", "r"), ("its extra time by layer (ms)", "w")])
         for s in rows:
             where = ", ".join(f"{x.region} +{_ms(x.extra_ns)}" for x in s.regions) or "-"
             t.add_row(escape(s.phase), str(s.step), str(s.rank), _ms(s.others_wait_ns),

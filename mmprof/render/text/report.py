@@ -1,4 +1,4 @@
-"""Rich rendering of `mmprof report` (Report) and `mmprof diff` (DiffResult) for the terminal.
+"""Rich rendering of `mmprof report` (Report) for the terminal (`mmprof diff`: `mmprof.render.text.diff`).
 
 Every string taken from a trace goes through `mmprof.render.safe` (markup escaped, control characters shown), so a
 kernel named like markup or like a terminal escape cannot restyle, hide or fake output. Tables fit the console's
@@ -7,19 +7,12 @@ width (`mmprof.render.text.layout`).
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.padding import Padding
-from rich.text import Text
-
 from mmprof.analysis.timeline.breakdown import CATEGORIES, ENGINE_CATEGORIES, LABELS
-from mmprof.render.safe import cell, markup
+from mmprof.render.safe import markup
 from mmprof.render.text.layout import Col, fit_table
 from mmprof.render.text.logs import render_log
 from mmprof.render.text.ranks import render_verdicts
 from mmprof.units import fmt_ns, fmt_pct, fmt_si
-
-TOP_ROWS = 12
 
 
 def _f(v: float | None, fmt: str) -> str:
@@ -88,75 +81,3 @@ def _breakdown(console, ph, per_rank: list) -> None:
                 + [fmt_pct(b.comm_overlapped_ns / b.comm_total_ns if b.comm_total_ns else None) for _, b in sides])
     console.print(fit_table(console, cols, rows, title=f"{ph.phase}: where the wall time went",
                             sections=(0,)))
-
-
-def render_diff(d, console) -> None:
-    """Print a DiffResult: verdict, step times, categories, path changes, top deltas."""
-    console.print(f"[bold]mmprof diff[/bold]  {markup(d.before)} -> {markup(d.after)}  phase: {markup(d.phase)}"
-                  + (f"  rank: {d.rank}" if d.rank is not None else ""))
-    preface = list(getattr(d, "preface", []) or [])
-    for w in preface:  # what is compared comes before the verdict about it
-        console.print(f"[yellow]warning:[/yellow] {markup(w)}")
-    if getattr(d, "engine", None):
-        console.print(f"engine steps: {markup(d.engine[0])} -> {markup(d.engine[1])}")
-    console.print(f"[bold]verdict:[/bold] {markup(d.verdict)}")
-    for n in d.notes:
-        console.print(f"[dim]note: {markup(n)}[/dim]")
-    cols = [Col("phase", keep=10), Col("before", "right", keep=10), Col("after", "right", keep=10),
-            Col("change", "right", keep=9), Col("steps before", "right", keep=3, wrap=True),
-            Col("steps after", "right", keep=3, wrap=True)]
-    rows = [[s.phase, fmt_ns(s.before_ns), fmt_ns(s.after_ns), fmt_pct(s.change, True), str(s.before_steps),
-             str(s.after_steps)] for s in d.steps]
-    console.print(fit_table(console, cols, rows, title="step time"))
-    cols = [Col("category", keep=10, wrap=True), Col("before", "right", keep=10), Col("after", "right", keep=10),
-            Col("delta", "right", keep=9)]
-    rows = []
-    for c in d.categories:
-        if c.category in ENGINE_CATEGORIES and not (c.before_ns or c.after_ns):
-            continue
-        style = "bold" if c.category in d.dominant else ""
-        rows.append([Text(x, style=style) for x in (c.label, fmt_pct(c.before_share), fmt_pct(c.after_share),
-                                                     f"{c.delta_pp:+.1f} pp")])
-    console.print(fit_table(console, cols, rows, title=f"{d.phase}: share of wall time"))
-    if getattr(d, "moves", None):
-        cols = [Col("per step", keep=10, wrap=True), Col("before", "right", keep=10), Col("after", "right", keep=10),
-                Col("delta", "right", keep=9)]
-        rows = [[m.label, fmt_ns(m.before_ns), fmt_ns(m.after_ns), fmt_ns(m.delta_ns)] for m in d.moves]
-        console.print(fit_table(console, cols, rows, title=f"{d.phase}: time per step by category"))
-    if d.path_changes:
-        console.print("[bold]path changes[/bold] (kernel variants that vanished / appeared, per region):")
-        for p in d.path_changes[:TOP_ROWS]:
-            console.print(Padding(cell(p.summary), (0, 0, 0, 2)))  # wrapped lines keep the indent
-        if len(d.path_changes) > TOP_ROWS:
-            console.print(f"  ... {len(d.path_changes) - TOP_ROWS} more (see --json)")
-    else:
-        console.print("path changes: none (the same kernel variants ran in every region)")
-    unit = "per step" if d.per_step else "total"
-    _delta_table(console, f"matched work (region / family), time {unit}", d.matched, detail=True)
-    _delta_table(console, f"by scope, time {unit}", d.by_scope)
-    _delta_table(console, f"by layer, time {unit}", d.by_layer)
-    _delta_table(console, "by rank: median step time", d.by_rank)
-    if d.ranks:
-        console.print("[bold]across ranks[/bold] (mmprof ranks has the details):")
-        for side in ("before", "after"):
-            for v in (d.ranks.get(side) or {}).get("phases", []):
-                console.print(f"  {side}: {markup(v['verdict'])}")
-    for w in d.warnings:
-        if w not in preface:
-            console.print(f"[yellow]warning:[/yellow] {markup(w)}")
-
-
-def _delta_table(console, title: str, rows: list[Any], detail: bool = False) -> None:
-    if not rows:
-        return
-    cols = [Col("key", keep=10, wrap=True, max=40), Col("before", "right", keep=8), Col("after", "right", keep=8),
-            Col("delta", "right", keep=9), Col("change", "right", keep=5)]
-    if detail:
-        cols.append(Col("variants before -> after", keep=7, fold=True, min=18, max=60))
-    cells = []
-    for r in rows[:TOP_ROWS]:
-        c = [r.key, fmt_ns(r.before_ns), fmt_ns(r.after_ns), fmt_ns(r.delta_ns), fmt_pct(r.change, True)]
-        if detail:
-            c.append(f"{r.before_detail or '-'} -> {r.after_detail or '-'}")
-        cells.append(c)
-    console.print(fit_table(console, cols, cells, title=title))

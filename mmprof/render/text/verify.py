@@ -44,6 +44,8 @@ def render_verify(result, con, verbose: bool = False, junit_path: str | None = N
         lines = [visible(part) for part in str(r.message).split("\n")]  # our own line breaks stay breaks
         if r.evidence and (r.status != "pass" or verbose):
             lines += [f"  - {visible(e)}" for e in r.evidence]
+        if getattr(r, "judged_from", ""):
+            lines.append(f"  judged from: {visible(r.judged_from)}")
         label, style = _STYLE[r.status]
         rows.append([r.code, r.id, Text(label, style=style), Text("\n".join(lines))])  # parts already made visible
     con.print(fit_table(con, cols, rows, title="assertions"))
