@@ -25,7 +25,7 @@ SHARED_SAMPLES = ROOT.parent / "shared" / "samples"
 # committed as .json.xz or .json.gz and read as they are: mmprof reads both.)
 PACKED = ("samples/nsys/perlmutter-cloverleaf-cuda.sqlite", "samples/nsys/saxpy-mpi-cuda_nsys_perlmutter0.sqlite",
           "samples/rocprofv3/rocpd/14_results.db", "samples/rocprofv3/rocpd/28_results.db",
-          "kernel_corpus/corpus.tsv")
+          "kernel_corpus/corpus.tsv", "kernel_corpus_unseen/corpus.tsv")
 
 
 def unpack_fixtures() -> None:

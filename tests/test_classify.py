@@ -42,9 +42,11 @@ def test_builtin_families_are_the_documented_set():
 @pytest.mark.parametrize("name, family, library, variant", [
     ("aiter::fmoe_bf16_blockscaleFp8_g1u1_vs_silu_1tg_32x256", "grouped_gemm", "AITER", "fused_moe_asm"),
     ("_ZN5aiter50fmoe_bf16_pertokenMXfp4_g1u1_flat_novs_silu_16x256E", "grouped_gemm", "AITER", "fused_moe_asm"),
-    ("fused_moe_kernel", "grouped_gemm", "Triton", "fused_moe_triton"),
-    ("_index_block_score_kernel", "indexer_score", "Triton", "block_score"),
-    ("_topk_index_kernel", "topk", "Triton", "index_topk"),
+    # Triton kernels of serving engines: `fused_moe_kernel` is vLLM's, SGLang's and LMDeploy's alike, the indexer
+    # kernels are vLLM's and AITER's; a bare Triton name says no library (issue 30: positive evidence only)
+    ("fused_moe_kernel", "grouped_gemm", None, "fused_moe_triton"),
+    ("_index_block_score_kernel", "indexer_score", None, "block_score"),
+    ("_topk_index_kernel", "topk", None, "index_topk"),
     ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication", "NCCL/RCCL", "AllReduce"),
     ("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "communication", "NCCL/RCCL", "AllGather"),
     ("Cijk_Ailk_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN_LDSB1", "gemm", "hipBLASLt", "MT256x128x64"),
@@ -58,12 +60,14 @@ def test_builtin_families_are_the_documented_set():
     ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0", "attention", "cuDNN", "cudnn_sdpa"),
     ("void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>(at::cuda::detail::TensorInfo<float const, unsigned int>)", "topk", "PyTorch", "torch_topk"),
     ("void at::native::radixSortKVInPlace<-2, -1, 32, 32, long, long, unsigned int>(at::cuda::detail::TensorInfo<long, unsigned int>)", "topk", "PyTorch", "sort"),
-    ("void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int, unsigned long, int*)", "moe", None, "align"),
-    ("void vllm::moe::topkGatingSoftmax<4, 128, 4, 16, int>(float const*, bool const*, float*, int, int*, int*)", "moe", None, "routing"),
+    # vllm:: kernels are vLLM's (csrc/moe/moe_align_sum_kernels.cu, topk_softmax_kernels.cu): the namespace says so
+    ("void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int, unsigned long, int*)", "moe", "vLLM", "align"),
+    ("void vllm::moe::topkGatingSoftmax<4, 128, 4, 16, int>(float const*, bool const*, float*, int, int*, int*)", "moe", "vLLM", "routing"),
     ("Memcpy DtoD (Device -> Device)", "memcpy", None, "memcpy"),
     ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 2, 128, 1>(float*)", "copy", "PyTorch", "copy"),
     ("void rocblas_gemvn_kernel<64, 16, float, float const*, float>(int, int, float)", "gemm", "rocBLAS", "rocblas"),
-    ("naive_conv_fwd_nchw_float", "conv", "MIOpen", "miopen"),
+    # MIOpen's reference convolution (src/kernels/gpu_reference_kernel/naive_conv.cpp), the fallback path
+    ("naive_conv_fwd_nchw_float", "conv", "MIOpen", "miopen_naive"),
     ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "reduction", "Triton", "inductor_reduction"),
     ("_gemma_rmsnorm_kernel", "norm", None, "norm"),
     ("aten::_grouped_mm", "grouped_gemm", "aten", "grouped_mm"),
@@ -80,7 +84,7 @@ def test_vendor_aliases(name, family, library, variant):
 def test_fallback_path_and_unclassified():
     assert classify_name("aten::_scaled_dot_product_attention_math").path == "fallback"
     kc = classify_name("zzq_mystery_7")
-    assert kc.rule is None and kc.family == "other" and kc.library is None
+    assert kc.rule is None and kc.family == "unknown" and kc.library is None and kc.evidence is None
     assert classify_name("").rule is None
 
 
@@ -116,7 +120,7 @@ library = "SiteLib"
     assert rules.rules[pos + 1].id == "cuda.nvjet.gemm" and rules.rules[pos + 1].variant == "mine"
     assert rules.classify("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT").path == "fallback"
     assert rules.classify("fused_moe_kernel").library == "SiteLib"
-    assert base.classify("fused_moe_kernel").library == "Triton"
+    assert base.classify("fused_moe_kernel").library is None
 
 
 @pytest.mark.parametrize("body, msg", [
@@ -151,7 +155,7 @@ KERNEL_SAMPLES = [
 
 
 @pytest.mark.parametrize("rel", KERNEL_SAMPLES)
-def test_unclassified_share_of_kernel_time_below_5_percent(rel):
+def test_unclassified_share_of_kernel_time_at_most_1_percent(rel):
     from mmprof.importers import import_paths
 
     p = import_paths([SAMPLES / rel])
@@ -159,7 +163,7 @@ def test_unclassified_share_of_kernel_time_below_5_percent(rel):
     cov = coverage(events_of(p))
     print(f"{rel}: {cov.events} kernels, unclassified {100 * cov.unclassified_share:.2f}% of time")
     assert cov.total_ns > 0
-    assert cov.unclassified_share < 0.05, cov.unclassified[:5]
+    assert cov.unclassified_share <= 0.01, cov.unclassified[:5]   # issue 30: <= 1% of kernel time unknown
 
 
 def test_samples_without_kernels_really_have_none():
@@ -286,7 +290,9 @@ def test_classify_cli_errors(capsys, tmp_path):
      "cutlass::bfloat16_t, float, false> >(moe::dev::finalize::KernelParams<cutlass::bfloat16_t, "
      "cutlass::bfloat16_t, float, false>)", "moe", "TensorRT-LLM"),
     ("_ZN7ck_tile6kentryILi1ENS_12Rmsnorm2dFwdINS_27Rmsnorm2dFwdPipelineOnePassE", "norm", "Composable Kernel"),
-    ("SubTensorOpWithCastTensor1d", "conv", "MIOpen"),
+    # MIOpen's tensor-op kernel (src/kernels/MIOpenSubTensorOpWithCastTensorKernel.cl) copies a sub-tensor with a
+    # dtype cast: a copy, not a convolution (it was `conv` by a rule that gave every MIOpen kernel that family)
+    ("SubTensorOpWithCastTensor1d", "copy", "MIOpen"),
     ("void (anonymous namespace)::store_kvcache<2048l, 4, false, long>((anonymous namespace)::StoreKVCacheParams)",
      "kv_cache", None),
     ("void (anonymous namespace)::clamp_position_kernel<long>(long*, long const*, unsigned long)", "elementwise",

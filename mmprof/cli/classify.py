@@ -22,7 +22,8 @@ from mmprof.render.text import classify as text
 @click.argument("profile", type=click.Path(), required=False)
 @click.option("--rules", "rules_paths", type=click.Path(), multiple=True,
               help="Extra classification rules (TOML); repeatable. They extend / override the built-ins.")
-@click.option("--unclassified", is_flag=True, help="List the kernel names no rule matched, by time.")
+@click.option("--unclassified", is_flag=True,
+              help="List the kernel names no rule or word of the name places, by time (also those only their launching op placed).")
 @click.option("--name", "names", multiple=True, help="Classify this kernel name instead of a profile; repeatable.")
 @click.option("--top", type=click.IntRange(1, 10000), default=25, show_default=True, help="Rows per table.")
 @click.option("--list-rules", is_flag=True, help="List every classification rule (in priority order) and the FP rule codes.")

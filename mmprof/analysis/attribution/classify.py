@@ -7,8 +7,13 @@ describes the format. Rules are tried in order; the first whose regex *searches*
 
 A rule's `variant` may use the regex's groups: `{1}` for group 1, `{name}` for a named group, `{0}` for the
 whole match. A rule with `on = "function"` searches only the kernel's qualified function name (`function_name`):
-keyword rules then cannot fire on a word in a template argument or a parameter type. A name no rule matches is
-*unclassified*: family `other`, rule `None` -- better unknown than a wrong family.
+keyword rules then cannot fire on a word in a template argument or a parameter type.
+
+These explicit rules know particular kernels (evidence `rule`). A name none of them matches is read by the grammar
+of kernel names (`name_grammar`, `name_vocab`: the function name's words, then the template arguments', then the
+namespaces'; evidence `tokens`). The library comes from the rule or from the library conventions of
+`rules/kernel_libraries.toml`, never the family from the library: a name no rule and no word places has family
+`unknown` (rule None), with its library when that is known -- better unknown than a wrong family.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ except ImportError:  # pragma: no cover - older Pythons
     import sre_constants as _sre_c  # type: ignore[no-redef]
     import sre_parse as _sre_p  # type: ignore[no-redef]
 
+from mmprof.analysis.attribution.name_grammar import parse
+from mmprof.analysis.attribution.name_vocab import Vocabulary, default_vocabulary
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
 from mmprof.names import function_name
@@ -35,11 +42,12 @@ RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
 # kernels_engines.toml (rules anchored on an engine's or kernel library's namespace or exact kernel names) comes
 # before the model file, whose rules are keyword-like.
 BUILTIN_FILES = ("kernels_inductor.toml", "cpu_ops.toml", "kernels_serving.toml", "kernels_engines.toml", "kernels_model.toml", "kernels_rocm.toml", "kernels_cuda.toml",
-                 "kernels_torch.toml", "kernels_generic.toml")
+                 "kernels_torch.toml")
 PATHS = ("fast", "fallback", "neutral")
 FAMILIES = ("gemm", "grouped_gemm", "moe", "attention", "sparse_attention", "indexer_score", "ssm", "topk", "sort",
             "sampling", "norm", "rope", "activation", "quantization", "elementwise", "reduction", "index", "kv_cache",
-            "copy", "memcpy", "communication", "embedding", "conv", "optimizer", "other")
+            "copy", "memcpy", "communication", "embedding", "conv", "optimizer", "rnn", "pooling", "other", "unknown")
+UNKNOWN = "unknown"  # no rule and no word of the name says the family (the library may still be known)
 # Timeline categories that follow from the family alone (docs/rules.md "Families and timeline categories"): every
 # other family is compute or memory work whose bound the roofline decides from the op's shapes. A KV-cache write or
 # gather moves data like a copy (it was family copy / variant kv_cache_write before it had a family of its own).
@@ -52,12 +60,15 @@ FUSED_PRIMARY_ORDER = ("communication", "grouped_gemm", "gemm", "sparse_attentio
 # The platform a rule's library runs on ("cuda", "rocm"; a library not listed runs on both: PyTorch, Triton, vLLM,
 # SGLang, ggml, NCCL/RCCL). A CUDA kernel must never get a ROCm library or the reverse (tests/test_classify_corpus.py).
 LIBRARY_PLATFORM = {
-    **dict.fromkeys(("cuBLAS", "cuDNN", "CUTLASS", "CUB", "DeepGEMM", "DeepEP", "FlashMLA", "FlashAttention", "FlashInfer",
-                     "TensorRT", "TensorRT-LLM", "Marlin", "Machete", "NVSHMEM", "pplx-kernels", "FBGEMM"), "cuda"),
+    # FlashAttention, FlashInfer, DeepEP, FBGEMM and bitsandbytes have ROCm ports: they run on both
+    **dict.fromkeys(("cuBLAS", "cuDNN", "CUTLASS", "CUB", "DeepGEMM", "FlashMLA", "TensorRT", "TensorRT-LLM", "Marlin",
+                     "Machete", "NVSHMEM", "pplx-kernels"), "cuda"),
     **dict.fromkeys(("hipBLASLt", "rocBLAS", "Composable Kernel", "AITER", "MIOpen", "HIP runtime", "rocPRIM", "MoRI",
                      "vLLM/AITER"), "rocm"),
 }
-_RULE_KEYS = {"id", "pattern", "family", "variant", "library", "path", "description", "example", "ignore_case", "on"}
+_RULE_KEYS = {"id", "pattern", "family", "variant", "library", "path", "description", "example", "ignore_case", "on",
+              "sources"}
+EVIDENCE = ("op", "provenance", "rule", "tokens")  # what decided a family, in the frame's order of rank
 TARGETS = ("name", "function")
 @dataclass(frozen=True)
 class KernelClass:
@@ -65,14 +76,17 @@ class KernelClass:
     variant: str | None
     library: str | None
     path: str  # fast|fallback|neutral
-    rule: str | None  # id of the matching rule, None = unclassified (family 'other')
+    rule: str | None  # id of the deciding rule or vocabulary entry, None = unclassified (family 'unknown')
+    evidence: str | None = None  # rule | tokens (| op | provenance in the event frame); None when unknown
+    reason: str | None = None  # what decided, in words ("function word 'rmsnorm'", "rule torch.copy")
+    path_reason: str | None = None  # why fast / fallback, when the name says so
 
     def to_dict(self) -> dict[str, Any]:
         return {"family": self.family, "variant": self.variant, "library": self.library, "path": self.path,
-                "rule": self.rule}
+                "rule": self.rule, "evidence": self.evidence, "reason": self.reason, "path_reason": self.path_reason}
 
 
-UNCLASSIFIED = KernelClass("other", None, None, "neutral", None)
+UNCLASSIFIED = KernelClass(UNKNOWN, None, None, "neutral", None)
 
 
 @dataclass(frozen=True)
@@ -88,6 +102,7 @@ class Rule:
     ignore_case: bool = False
     on: str = "name"  # name: search the whole kernel name; function: only its qualified function name
     source: str = "builtin"
+    sources: tuple[str, ...] = ()  # the corpus sources the rule was written for (leave-one-source-out)
     regex: re.Pattern = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
     def apply(self, name: str, func: str | None = None) -> KernelClass | None:
@@ -103,12 +118,12 @@ class Rule:
                 variant = variant.format(m.group(0), *[g or "" for g in m.groups()], **groups) or None
             except (IndexError, KeyError):
                 pass
-        return KernelClass(self.family, variant, self.library, self.path, self.id)
+        return KernelClass(self.family, variant, self.library, self.path, self.id, "rule", f"rule {self.id}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "pattern": self.pattern, "on": self.on, "family": self.family, "variant": self.variant,
                 "library": self.library, "path": self.path, "description": self.description,
-                "example": self.example, "source": self.source}
+                "example": self.example, "source": self.source, "sources": list(self.sources)}
 
 
 # Rules see at most this many characters of a name (and of its function name). A backtracking regex costs up to
@@ -120,10 +135,12 @@ CLASSIFY_MAX_CHARS = 2048
 
 
 class RuleSet:
-    """An ordered list of rules plus a per-name cache (profiles have ~1M kernels but a few thousand names)."""
+    """An ordered list of explicit rules, the vocabulary of the name grammar, and a per-name cache (profiles have
+    ~1M kernels but a few thousand names)."""
 
-    def __init__(self, rules: Iterable[Rule]):
+    def __init__(self, rules: Iterable[Rule], vocabulary: Vocabulary | None = None):
         self.rules: list[Rule] = list(rules)
+        self.vocabulary: Vocabulary = vocabulary if vocabulary is not None else default_vocabulary()
         self._cache: dict[str, KernelClass] = {}
 
     def classify(self, name: str | None) -> KernelClass:
@@ -131,19 +148,41 @@ class RuleSet:
             return UNCLASSIFIED
         hit = self._cache.get(name)
         if hit is None:
-            hit = UNCLASSIFIED
-            func = function_name(name)[:CLASSIFY_MAX_CHARS]
-            text = name[:CLASSIFY_MAX_CHARS]
-            for rule in self.rules:
-                kc = rule.apply(text, func)
-                if kc is not None:
-                    hit = kc
-                    break
+            hit = self._classify(name)
             self._cache[name] = hit
         return hit
 
+    def _classify(self, name: str) -> KernelClass:
+        func = function_name(name)[:CLASSIFY_MAX_CHARS]
+        text = name[:CLASSIFY_MAX_CHARS]
+        voc = self.vocabulary
+        p = parse(name)
+        table_lib, _, how = voc.library(p)
+        for rule in self.rules:
+            kc = rule.apply(text, func)
+            if kc is not None:
+                # the rule's library, unless one of ATen's keyword rules (kernels_torch.toml) matched a kernel
+                # whose own namespace names another library (FBGEMM's index_add_2d kernel is FBGEMM's)
+                lib = kc.library
+                if lib is None or (how == "namespace" and table_lib != lib and rule.source == "kernels_torch.toml"):
+                    lib = table_lib if table_lib is not None else lib
+                # a rule says the path itself (its own `path`); the name's fast / fallback words are the grammar's
+                why = f"rule {rule.id}" if kc.path != "neutral" else None
+                return KernelClass(kc.family, kc.variant, lib, kc.path, kc.rule, "rule", kc.reason, why)
+        d = voc.decide(p)
+        lib = table_lib
+        if d.rule is None:
+            return KernelClass(UNKNOWN, None, lib, d.path, None, None,
+                               f"no word names a family (library {lib})" if lib else "no word names a family",
+                               d.path_reason)
+        return KernelClass(d.family, d.variant, lib, d.path, d.rule, "tokens", d.reason, d.path_reason)
+
     def get(self, rule_id: str) -> Rule | None:
         return next((r for r in self.rules if r.id == rule_id), None)
+
+    def without_sources(self, drop: set[str]) -> "RuleSet":
+        """The rules and vocabulary as they would be without the entries written for these sources."""
+        return RuleSet([r for r in self.rules if not (set(r.sources) & drop)], self.vocabulary.without_sources(drop))
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -223,7 +262,8 @@ def _parse_rules(doc: dict[str, Any], where: str) -> list[Rule]:
             raise BadInput(f"{label}: bad regex {r['pattern']!r} ({e})") from e
         rule = Rule(id=rid, pattern=r["pattern"], family=r["family"], variant=r.get("variant") or None,
                     library=r.get("library") or None, path=path, description=r.get("description", ""),
-                    example=r.get("example"), ignore_case=bool(r.get("ignore_case")), on=on, source=where, regex=rx)
+                    example=r.get("example"), ignore_case=bool(r.get("ignore_case")), on=on, source=where, regex=rx,
+                    sources=tuple(r.get("sources") or ()))
         if rule.example is not None and rule.apply(rule.example) is None:
             raise BadInput(f"{label}: its example {rule.example[:80]!r} does not match its own pattern")
         out.append(rule)

@@ -46,7 +46,7 @@ _MAX_CELLS = 40_000_000      # alignment matrix cells at most (one byte each): t
 _MAX_REF = 50_000            # eager kernels kept as the pattern (the first ones of the rank)
 _MAX_QUERY = 4000            # a step range longer than this is not aligned as one (its replays are, alone)
 _MAX_TIES = 16               # equal-score alignments compared per sequence
-_NO_FAMILY = ("other", "copy", "memcpy", "communication")
+_NO_FAMILY = ("other", "unknown", "copy", "memcpy", "communication")
 
 
 @dataclass

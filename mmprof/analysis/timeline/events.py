@@ -74,6 +74,8 @@ class EventFrame:
     warnings: list[str] = field(default_factory=list)
     graph_align: Any = None   # mmprof.analysis.attribution.graph_align.AlignStats of the replays aligned with eager kernels
     inductor: Any = None      # mmprof.analysis.attribution.inductor.InductorStats: the Inductor kernels placed and not
+    evidence: Any = None      # per event: rule | tokens | op | None (what decided the family); None on CPU runs
+    evidence_stats: Any = None  # mmprof.analysis.attribution.evidence.EvidenceStats (GPU profiles)
     _frame: Any = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # derived per-event arrays the analyses share (`memo`)
 
@@ -180,6 +182,7 @@ def events_of(profile: Any, rules: RuleSet | None = None, shape_regions: Regions
     c = b.cols
     frame = EventFrame(source="cpu_ops" if cpu else "kernels", **{f: c[f] for f in _FRAME_COLS},
                        label_source=c["label_source"], profile=profile, notes=b.notes, warnings=b.warnings,
-                       graph_align=c.get("graph_align"), inductor=c.get("inductor"))
+                       graph_align=c.get("graph_align"), inductor=c.get("inductor"), evidence=c.get("evidence"),
+                       evidence_stats=c.get("evidence_stats"))
     profile.derived.put("event_frame", (rs, shape_regions), stamp, frame)
     return frame

@@ -12,6 +12,7 @@ The passes of a GPU profile (kernels and memcpy rows), in order:
 |---|---|---|---|
 | device_events | the kernels and memcpy tables | rows, rank, stream, times, name, scope, phase, step, launch, op, graph | importers |
 | classify | name, table | family, variant, library, path, rule (+ per-name classes) | attribution/classify |
+| evidence | name, op, dur, table | family, rule (refined); evidence, evidence_stats | attribution/evidence: the launching op ranked with the name, disagreements counted |
 | collectives | table, row | in_collective | the collectives table |
 | roofline | op, dur, rank, graph, classes, in_collective | roof | attribution/roofline |
 | category | family, roof, in_collective | cat | compute / memory / comm / memcpy / unattributed |
@@ -35,7 +36,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from mmprof.analysis.attribution import inductor
+from mmprof.analysis.attribution import evidence, inductor
 from mmprof.analysis.attribution.classify import COMM_FAMILIES, DATA_MOVEMENT_FAMILIES, RuleSet, classify_names
 from mmprof.analysis.attribution.graph_align import align_replays
 from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY, Roofline, event_roofline
@@ -204,6 +205,31 @@ def _classify(b: FrameBuild) -> None:
     b.write("kernel_classes", (cls["family"].astype(str).to_numpy(), inv))
 
 
+def _evidence(b: FrameBuild) -> None:
+    """The launching CPU op as evidence of a kernel's family, ranked with its name's (attribution/evidence): the
+    op decides where the name says nothing; where both speak and differ, the name decides and the pair is counted
+    as a disagreement (`evidence_stats`). Memcpy rows have no evidence column value (their kind is their family)."""
+    p = b.profile
+    nk = b.n_kernels
+    table = b.read("table")
+    names, op, dur = b.read("name"), b.read("op"), b.read("dur")
+    fam_all = np.asarray(b.read("family").astype(object))
+    rule_all = np.asarray(b.read("rule").astype(object))
+    fam_k, rule_k, ev_k, stats = evidence.rank_kernels(p, b.rules, names[:nk], op[:nk], dur[:nk], fam_all[:nk])
+    fam_all[:nk] = fam_k
+    rule_all[:nk] = rule_k
+    ev_all = np.full(len(table), None, dtype=object)
+    ev_all[:nk] = ev_k
+    b.write("family", pd.Categorical(fam_all))
+    b.write("rule", pd.Categorical(rule_all))
+    b.write("evidence", pd.Categorical(ev_all))
+    b.write("evidence_stats", stats)
+    if stats.disagreements:
+        b.notes.append(f"kernel identity: {stats.disagreeing_events:,} kernels ({len(stats.disagreements)} name / op "
+                       "pairs) whose name and launching op disagree on the family; the name decided "
+                       "(mmprof classify lists them)")
+
+
 def _collectives(b: FrameBuild) -> None:
     """Kernels the collectives table names (NCCL / RCCL / a runtime's all-reduce), whatever their family."""
     p = b.profile
@@ -351,6 +377,8 @@ _REGIONS_ALL = REGION_COLS
 GPU_PASSES: tuple[Pass, ...] = (
     Pass("device_events", _device_events, adds=EVENT_COLS),
     Pass("classify", _classify, reads=("name", "table"), adds=CLASS_COLS + ("kernel_classes",)),
+    Pass("evidence", _evidence, reads=("name", "op", "dur", "table"), adds=("evidence", "evidence_stats"),
+         refines=("family", "rule")),
     Pass("collectives", _collectives, reads=("table", "row"), adds=("in_collective",)),
     Pass("roofline", _roofline, reads=("op", "dur", "rank", "graph", "kernel_classes", "in_collective"),
          adds=("roof",)),
@@ -450,8 +478,26 @@ def _cpu_category(b: FrameBuild) -> None:
                    "framework overhead, views, allocations) counts as host-bound idle")
 
 
+def _cpu_evidence(b: FrameBuild) -> None:
+    """A CPU run's events are the ops themselves: what decided each op's family is its name (rule or tokens)."""
+    p = b.profile
+    names, dur = b.read("name"), b.read("dur")
+    uniq, inv = codes(names)
+    ev_u = np.array([b.rules.classify(p.string(int(u)) if u >= 0 else None).evidence for u in uniq.tolist()],
+                    dtype=object)
+    ev = ev_u[inv] if len(inv) else np.zeros(0, dtype=object)
+    stats = evidence.EvidenceStats()
+    d = np.maximum(np.asarray(dur, dtype=np.int64), 0)
+    for e in evidence.EVIDENCE_KINDS + (None,):
+        sel = np.array([x == e for x in ev], dtype=bool)
+        stats.by_evidence[e or "none"] = {"events": int(sel.sum()), "time_ns": int(d[sel].sum())}
+    b.write("evidence", pd.Categorical(ev))
+    b.write("evidence_stats", stats)
+
+
 CPU_PASSES: tuple[Pass, ...] = (
     Pass("compute_ops", _compute_ops, adds=EVENT_COLS + CLASS_COLS),
+    Pass("evidence", _cpu_evidence, reads=("name", "dur"), adds=("evidence", "evidence_stats")),
     Pass("roofline", _cpu_roofline, reads=("family", "row", "dur", "rank"), adds=("roof",)),
     Pass("regions", _cpu_regions, reads=("row",), adds=REGION_COLS),
     Pass("inductor", _cpu_inductor, reads=("row",), adds=("inductor",), refines=_REGIONS_ALL),

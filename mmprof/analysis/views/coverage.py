@@ -5,9 +5,10 @@ counts as kernels) and copies (memcpy / memset rows), counted apart; on a CPU ru
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from mmprof.analysis.timeline.columns import TABLE_KERNELS, TABLE_MEMCPY
@@ -25,9 +26,11 @@ class Coverage:
     unclassified_ns: int
     by_family: list[dict[str, Any]]
     by_library: list[dict[str, Any]]
-    unclassified: list[dict[str, Any]]  # name, display_name, count, time_ns
+    unclassified: list[dict[str, Any]]  # names no rule or word places: name, display_name, count, time_ns, op_family
     kernels: int = 0          # rows of the kernels table (what `summary` calls kernels)
     copies: int = 0           # memcpy / memset rows (what `summary` calls memcpy)
+    by_evidence: list[dict[str, Any]] = field(default_factory=list)   # evidence, count, time_ns, share
+    disagreements: list[dict[str, Any]] = field(default_factory=list)  # name / op pairs whose families differ
 
     @property
     def unclassified_share(self) -> float:
@@ -37,7 +40,8 @@ class Coverage:
         return {"source": self.source, "events": self.events, "kernels": self.kernels, "copies": self.copies,
                 "total_ns": self.total_ns,
                 "unclassified_ns": self.unclassified_ns, "unclassified_share": self.unclassified_share,
-                "by_family": self.by_family, "by_library": self.by_library, "unclassified": self.unclassified}
+                "by_family": self.by_family, "by_library": self.by_library, "unclassified": self.unclassified,
+                "by_evidence": self.by_evidence, "disagreements": self.disagreements}
 
 
 def coverage(frame: EventFrame) -> Coverage:
@@ -55,11 +59,28 @@ def coverage(frame: EventFrame) -> Coverage:
                  "share": (float(r["sum"]) / total if total else 0.0)} for k, r in g.iterrows()]
 
     unc = df[df["rule"].isna()]
-    ug = unc.groupby("name", sort=False)["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False)
+    by_ev: list[dict[str, Any]] = []
+    if frame.evidence is not None:
+        df["evidence"] = np.asarray(frame.evidence.astype(object))
+        df.loc[ev["kind"] == "memcpy", "evidence"] = "memcpy"
+        by_ev = group("evidence")
+        for r in by_ev:
+            r["evidence"] = "none" if r["evidence"] == "(none)" else r["evidence"]
+    # the names no rule or word places: those nothing placed, and those only their launching op placed (a rule
+    # for them would let the name speak for itself)
+    named_unc = df[df["rule"].isna() | (df.get("evidence", pd.Series(index=df.index, dtype=object)) == "op")]
+    ug = named_unc.groupby("name", sort=False).agg(count=("dur", "count"), sum=("dur", "sum"),
+                                                   op_family=("family", "first"), rule=("rule", "first"))
+    ug = ug.sort_values("sum", ascending=False)
+    stats = frame.evidence_stats
+    dis = [dict(d, display_name=display_name(d["name"] or "")) for d in (stats.disagreements if stats else [])]
     kernels = int((frame.table == TABLE_KERNELS).sum()) if source == "kernels" else 0
     copies = int((frame.table == TABLE_MEMCPY).sum()) if source == "kernels" else 0
     return Coverage(source=source, events=len(df), total_ns=total, unclassified_ns=int(unc["dur"].sum()),
                     kernels=kernels, copies=copies,
                     by_family=group("family"), by_library=group("library"),
                     unclassified=[{"name": k, "display_name": display_name(k), "count": int(r["count"]),
-                                   "time_ns": int(r["sum"])} for k, r in ug.iterrows()])
+                                   "time_ns": int(r["sum"]),
+                                   "op_family": None if pd.isna(r["rule"]) else r["op_family"]}
+                                  for k, r in ug.iterrows()],
+                    by_evidence=by_ev, disagreements=dis)
