@@ -7,7 +7,8 @@ than `max_events()` events or rows. Both can be raised: `MMPROF_MAX_INPUT_BYTES`
 
 Limits are checked while reading: a gzip's expansion against the compressed bytes read so far (a bomb stops at
 GZIP_RATIO_FLOOR), and the Kineto importer counts events on the raw bytes before parsing (`check_events`,
-`check_density`). Inputs are regular files only (a device or FIFO is refused).
+`check_density`). Inputs are regular files only: `open_input` is the one opener, and refuses a FIFO, socket, device or
+directory on the open descriptor before reading (never blocking on a FIFO).
 
 Outputs: `check_output` is the one guard (docs/limits.md). Inside a command (`track_inputs()`), every input file is
 noted by inode, and no output may be one of them. A symlink is never replaced (its target is written atomically),
@@ -145,32 +146,81 @@ def _input_named(path: Path) -> str | None:
 
 
 # -- reading ------------------------------------------------------------------------------------------------
-def _regular(p: Path) -> os.stat_result:
+def _kind_of(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket"
+            if stat.S_ISSOCK(mode) else "a character device" if stat.S_ISCHR(mode) else "a block device"
+            if stat.S_ISBLK(mode) else "not a regular file")
+
+
+def _not_regular(p: Path, mode: int) -> BadInput:
+    if stat.S_ISDIR(mode):
+        return BadInput(f"{p}: is a directory, expected a file")
+    # /dev/zero would be read to the size limit, a FIFO or a terminal could block forever
+    return BadInput(f"{p}: is {_kind_of(mode)}, not a regular file; save the data to a file first")
+
+
+def regular_file(p: str | os.PathLike) -> os.stat_result:
+    """The stat of a regular file, or one BadInput line naming what it is instead (missing, a FIFO, a device...)."""
+    p = Path(p)
     try:
         st = p.stat()
     except FileNotFoundError:
         raise BadInput(f"{p}: no such file") from None
     except (OSError, ValueError) as e:
         raise BadInput(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise BadInput(f"{p}: is a directory, expected a file")
-    if not stat.S_ISREG(st.st_mode):  # /dev/zero would be read to the size limit, a FIFO could block forever
-        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device"
-        raise BadInput(f"{p}: is {kind}, not a regular file; save the data to a file first")
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(p, st.st_mode)
     return st
 
 
-def read_bytes(path: str | os.PathLike, watch=None) -> bytes:
+@contextlib.contextmanager
+def open_input(path: str | os.PathLike) -> Iterator:
+    """The one way mmprof opens an input file: a binary file object of a regular file, or one BadInput line.
+
+    Opened non-blocking and checked on the open descriptor (fstat), so a FIFO, a socket, a terminal, /dev/zero or a
+    directory is refused before a byte is read, and never blocks the open (a FIFO with no writer would), whatever the
+    name said a moment before. The file is then read as usual (blocking)."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise BadInput(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise BadInput(f"{p}: is a directory, expected a file") from None
+    except (OSError, ValueError) as e:
+        try:  # a socket cannot be opened at all (ENXIO): say what it is
+            mode = os.stat(p).st_mode
+        except (OSError, ValueError):
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise _not_regular(p, mode) from None
+        raise BadInput(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(p, st.st_mode)
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    note_input(p)
+    with f:
+        yield f
+
+
+def read_bytes(path: str | os.PathLike, watch=None, json_document: bool = False) -> bytes:
     """The file's bytes, gunzipped when it is gzip (by content, not name), within the size limits. A UTF-8 BOM
     before the content is dropped. Errors are BadInput, one line. `watch(chunk, gzipped)`, when given, sees each
     (decompressed) chunk as it is read and may raise to stop the read: limits on the content (the Kineto
-    importer's event count) then apply before decompression finishes."""
+    importer's event count) then apply before decompression finishes. `json_document`: the caller decodes the
+    whole text into Python objects; a compressed one holding far more JSON values than real files is refused first
+    (`check_json_values`)."""
     p = Path(path)
-    st = _regular(p)
-    note_input(p)
     limit = max_input_bytes()
     try:
-        with open(p, "rb") as f:
+        with open_input(p) as f:
+            st = os.fstat(f.fileno())
             head = f.read(6)
             kind = _compressed(head)
             if kind:
@@ -189,6 +239,8 @@ def read_bytes(path: str | os.PathLike, watch=None) -> bytes:
     if not data:
         raise BadInput(f"{p}: empty file")
     data = data.removeprefix(UTF8_BOM)
+    if json_document:
+        check_json_values(data, str(p), st.st_size * (2 if kind == "xz" else 1) if kind else None)
     return data
 
 
@@ -197,12 +249,11 @@ def iter_bytes(path: str | os.PathLike, watch=None, chunk: int = 16 * 2**20) -> 
     (input size, gzip expansion) checked as they are read; `watch(chunk, gzipped)` sees each chunk. A UTF-8 BOM
     before the content is dropped. For readers that never hold the whole content (the streaming Kineto import)."""
     p = Path(path)
-    st = _regular(p)
-    note_input(p)
+    st = regular_file(p)  # a FIFO or a device: refused, never opened for reading (open_input checks again)
     limit = max_input_bytes()
     first = True
     try:
-        with open(p, "rb") as f:
+        with open_input(p) as f:
             kind = _compressed(f.read(6))
             f.seek(0)
             ratio = kind is not None and not os.environ.get(ENV_MAX_BYTES)
@@ -306,16 +357,59 @@ def check_density(n_events: int, compressed_size: int, where: str) -> None:
                        "--max-events N, 0 for no limit) to read it anyway")
 
 
+class EventBudget:
+    """The event limits of one input, applied as a decoder counts: `add(n)` after each batch of n events (or JSON
+    elements that would become events) and before the next batch is built, so a file of too many events of any
+    shape stops after one batch (`max_events`, and for a compressed input of `compressed` bytes `check_density`).
+    The Kineto decoder counts the elements of its event array per window (mmprof.importers._json_windows); a
+    streaming decoder counts the same way."""
+
+    def __init__(self, where: str, compressed: int | None = None) -> None:
+        self.where, self.compressed, self.n = where, compressed, 0
+
+    def add(self, n: int) -> None:
+        self.n += n
+        check_events(self.n, self.where)
+        if self.compressed is not None:
+            check_density(self.n, self.compressed, self.where)
+
+
+VALUES_DENSITY_FLOOR = 8_000_000  # JSON values any compressed document may hold (~64 B each once decoded)
+VALUES_PER_GZIP_BYTE = 4          # real Profiles / rocprofv3 JSON / configs hold well under 1 per compressed byte
+
+
+def check_json_values(data: bytes, where: str, compressed: int | None) -> None:
+    """Before a whole JSON document is decoded into Python objects (a Profile, rocprofv3 JSON, a config.json):
+    refuse a compressed one that holds far more values than real files of its size (an upper bound counted on the
+    bytes: every value but the first follows a `,` or opens a container), so a small gzip of `[[],[],...]` cannot
+    take gigabytes (each decoded value costs 30-70 bytes). MMPROF_MAX_EVENTS (or --max-events) replaces the
+    density bound by that limit."""
+    if compressed is None:
+        return
+    n = data.count(b",") + data.count(b"[") + data.count(b"{") + 1
+    if os.environ.get(ENV_MAX_EVENTS):
+        cap = max_events()
+        if cap is not None and n > cap:
+            check_events(n, where, "JSON values")
+        return
+    cap = max(VALUES_DENSITY_FLOOR, VALUES_PER_GZIP_BYTE * compressed)
+    if n > cap:
+        raise BadInput(f"{where}: up to {n:,} JSON values in a {compressed:,}-byte compressed file, more than "
+                       f"{VALUES_PER_GZIP_BYTE} per compressed byte (real files hold less than 1): decoding them "
+                       f"could take {n * 64 // 2**20:,} MiB; set {ENV_MAX_EVENTS}=N (or mmprof --max-events N, 0 for "
+                       "no limit) to read it anyway")
+
+
 def gzip_size(path: str | os.PathLike) -> int | None:
     """The on-disk size of `path` when it is a gzip (by content), else None: for `check_density`. An xz counts
     twice its size (xz -9 packs real traces 1.4-1.9x tighter than gzip -9: measured on this project's fixtures), so
     the events-per-byte bound means the same for both."""
     try:
-        with open(path, "rb") as f:
+        with open_input(path) as f:
             kind = _compressed(f.read(6))
             size = os.fstat(f.fileno()).st_size
             return None if kind is None else size * (2 if kind == "xz" else 1)
-    except OSError:
+    except (OSError, BadInput):  # the read that follows names the problem
         return None
 
 
@@ -323,11 +417,9 @@ def head_bytes(path: str | os.PathLike, n: int = 4096) -> bytes:
     """The first n bytes of the (decompressed) content, for format sniffing without reading everything (a UTF-8
     BOM is dropped)."""
     p = Path(path)
-    _regular(p)
-    note_input(p)
     kind = None  # an open that fails (permission denied) leaves nothing read: a plain "cannot read"
     try:
-        with open(p, "rb") as f:
+        with open_input(p) as f:
             kind = _compressed(f.read(6))
             f.seek(0)
             if kind:
@@ -347,11 +439,9 @@ def stream_chunks(path: str | os.PathLike, chunk: int = 2**20) -> Iterator[bytes
     whatever its size): a regular file only, gzip / xz by content, at most `max_input_bytes()` bytes; errors are
     one BadInput line."""
     p = Path(path)
-    _regular(p)
-    note_input(p)
     limit, kind, n = max_input_bytes(), None, 0
     try:
-        with open(p, "rb") as raw:
+        with open_input(p) as raw:
             kind = _compressed(raw.read(6))
             raw.seek(0)
             f = _decompressor(raw, kind) if kind else raw
@@ -377,9 +467,11 @@ def read_toml(path: str | os.PathLike, what: str) -> dict:
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
     p = Path(path)
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise BadInput(f"{p}: no such {what} file")
-    text = read_bytes(p) if p.stat().st_size else b""
+    with open_input(p) as f:  # a FIFO or a device is refused before it is read (open_input)
+        empty = os.fstat(f.fileno()).st_size == 0
+    text = b"" if empty else read_bytes(p)
     try:
         return tomllib.loads(text.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
@@ -482,11 +574,15 @@ def atomic_output(path: str | os.PathLike, compress: bool | None = None, level: 
         with _write_errors(path), _open_special(p, st, path) as raw, _maybe_gzip(raw, compress, level) as g:
             yield g
         return
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    except (OSError, ValueError) as e:
-        raise BadInput(f"{path}: cannot write in {p.parent}: {getattr(e, 'strerror', None) or e}") from None
-    _pending.add(tmp)
+    sweep_stale_temporaries(p)
+    fd, tmp = _unnamed_temporary(p.parent)  # Linux: O_TMPFILE, nothing on disk until it is linked into place
+    if fd is None:
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.{os.getpid()}.", suffix=".tmp", dir=p.parent)
+        except (OSError, ValueError) as e:
+            raise BadInput(f"{path}: cannot write in {p.parent}: {getattr(e, 'strerror', None) or e}") from None
+        _pending.add(tmp)
+    named = tmp
     try:
         with _write_errors(path):
             umask = os.umask(0)
@@ -497,14 +593,102 @@ def atomic_output(path: str | os.PathLike, compress: bool | None = None, level: 
                     yield g
                 raw.flush()
                 os.fsync(raw.fileno())
-            os.replace(tmp, p)
+                if tmp is None:  # link the unnamed file under a temporary name, then rename it over the output
+                    named = f"{p.parent}/.{p.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+                    _pending.add(named)
+                    os.link(f"/proc/self/fd/{raw.fileno()}", named)
+            os.replace(named, p)
     finally:
-        if os.path.lexists(tmp):
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        _pending.discard(tmp)
+        if named is not None:
+            if os.path.lexists(named):
+                try:
+                    os.unlink(named)
+                except OSError:
+                    pass
+            _pending.discard(named)
+
+
+def _unnamed_temporary(folder: Path) -> tuple[int | None, None]:
+    """A file in `folder` with no name (Linux O_TMPFILE): a SIGKILL mid-write leaves nothing behind. (None, None)
+    where the OS or the filesystem has none (or /proc, needed to link it, is not mounted): then a named temporary
+    file, which `sweep_stale_temporaries` removes on a later run if its writer was killed."""
+    flag = getattr(os, "O_TMPFILE", None)
+    if flag is None or not os.path.isdir("/proc/self/fd"):
+        return None, None
+    try:
+        dev = os.stat(folder).st_dev
+        fd = os.open(folder, flag | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:  # EOPNOTSUPP (a filesystem without it), EISDIR / EINVAL (an old kernel), EACCES ...
+        return None, None
+    if dev not in _LINKABLE:  # can this filesystem (and kernel, or sandbox) link such a file? asked once per device
+        probe = f"{folder}/.mmprof-probe.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        try:
+            os.link(f"/proc/self/fd/{fd}", probe)
+            os.unlink(probe)
+            _LINKABLE[dev] = True
+        except OSError:
+            _LINKABLE[dev] = False
+    if not _LINKABLE[dev]:
+        os.close(fd)
+        return None, None
+    return fd, None
+
+
+_LINKABLE: dict[int, bool] = {}
+
+
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d{1,10})\.[A-Za-z0-9_]{8}\.tmp$")
+_OLD_TEMP = re.compile(r"^\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp$")  # mmprof before 0.2: no pid in the name
+STALE_OLD_TEMP_S = 3600
+
+
+def sweep_stale_temporaries(path: str | os.PathLike) -> list[str]:
+    """Remove the temporary files of earlier writes of `path` whose writer is gone (killed by SIGKILL, the machine
+    lost power): `.NAME.PID.XXXXXXXX.tmp` beside it, of a PID no longer running (or, named the older way without a
+    PID, not touched for an hour). A write in progress by a live process is never touched. Returns what was removed."""
+    p = Path(path)
+    gone: list[str] = []
+    try:
+        entries = list(os.scandir(p.parent))
+    except OSError:
+        return gone
+    now = None
+    for e in entries:
+        if not e.name.startswith(f".{p.name}.") or not e.name.endswith(".tmp"):
+            continue
+        m = _TEMP.match(e.name)
+        try:
+            if not e.is_file(follow_symlinks=False):
+                continue
+            if m is not None and m.group("name") == p.name:
+                if _alive(int(m.group("pid"))):
+                    continue
+            else:
+                m = _OLD_TEMP.match(e.name)
+                if m is None or m.group("name") != p.name:
+                    continue
+                import time
+
+                now = now or time.time()
+                if now - e.stat(follow_symlinks=False).st_mtime < STALE_OLD_TEMP_S:
+                    continue
+            os.unlink(e.path)
+            gone.append(e.path)
+        except OSError:
+            continue
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # someone else's process (or not ours to tell): left alone
+    return True
 
 
 @contextlib.contextmanager
@@ -557,7 +741,7 @@ def sqlite_connect(path: str | os.PathLike):
     import urllib.parse
 
     p = Path(path)
-    st = _regular(p)
+    st = regular_file(p)
     note_input(p)
     limit = max_input_bytes()
     if limit is not None and st.st_size > limit:

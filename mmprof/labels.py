@@ -36,6 +36,7 @@ from typing import Iterable, Sequence
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
 from mmprof.profiles.schema import MAX_RANK as _MAX_RANK
+from mmprof.regex_safety import BoundedRegex, compile_bounded
 
 ROLES_FILE = Path(__file__).resolve().parent / "rules" / "roles.toml"
 SOURCES = ("annotation", "module", "op", "shape")  # + the frame's own: replay-* (graph_align), family (sampler)
@@ -214,7 +215,7 @@ class Region:
 @dataclass(frozen=True)
 class _Rule:
     key: str      # role (path / model / context) or kind (class)
-    regex: re.Pattern
+    regex: BoundedRegex
     parent: str = "*"
 
 
@@ -259,10 +260,7 @@ def _compile(doc: dict, table: str, key: str, where: str) -> tuple[_Rule, ...]:
         label = f"{where}: [[{table}]] #{i + 1}"
         if not isinstance(r, dict) or not isinstance(r.get(key), str) or not isinstance(r.get("pattern"), str):
             raise BadInput(f"{label}: needs string `{key}` and `pattern`")
-        try:
-            rx = re.compile(r["pattern"])
-        except re.error as e:
-            raise BadInput(f"{label}: bad regex {r['pattern']!r} ({e})") from e
+        rx = compile_bounded(r["pattern"], label, "pattern")  # bounded work (mmprof.regex_safety)
         ex = r.get("example")
         if ex is not None and not rx.search(ex):
             raise BadInput(f"{label}: its example {ex!r} does not match its own pattern")

@@ -86,10 +86,10 @@ class ModelSpec:
         p = Path(path)
         if p.is_dir():
             p = p / "config.json"
-        if not p.is_file():
+        if not p.exists():  # a FIFO or a device exists: read_bytes refuses it in one line, naming what it is
             raise BadInput(f"{path}: no such config.json (give a Hugging Face config.json or a checkpoint directory)")
         try:
-            doc = json.loads(read_bytes(p))  # the size limits of every input; a BOM is dropped there
+            doc = json.loads(read_bytes(p, json_document=True))  # the size limits of every input; a BOM is dropped there
         except (OSError, ValueError) as e:
             raise BadInput(f"{p}: cannot read config JSON ({str(e)[:120]})") from None
         except RecursionError:

@@ -377,6 +377,119 @@ def _assemble(ns: _Part | None, base: str, parts: list[_Part], max_len: int, wor
     return text()
 
 
+# -- names cut by the profiler ------------------------------------------------------------------------------
+_BUILTIN = set("vwbcahstijlmxynofdegz")  # Itanium builtin types (one letter)
+
+
+def _token_ends(m: str) -> list[tuple[int, tuple[str, ...]]] | None:
+    """Where the tokens of a mangled prefix end, each with the scopes open there (`N` nested name, `I` template
+    arguments or pack, `L` literal), read over the subset of the Itanium grammar kernel names use; None when it meets
+    a construct this reader does not follow. A token cut by the end of the text is not counted."""
+    i, stack, ends = 2, [], []  # after "_Z"
+    n = len(m)
+    while i < n:
+        c = m[i]
+        if c.isdigit():
+            j = i
+            while j < n and m[j].isdigit() and j - i < 6:
+                j += 1
+            k = int(m[i:j])
+            if j + k > n:  # the identifier itself was cut: end before it
+                break
+            i = j + k
+        elif c in "NILJ":  # J: a template argument pack, closed by E like I
+            stack.append("I" if c == "J" else c)
+            i += 1
+            if c == "L" and i < n and m[i] in _BUILTIN:  # a literal's type, then its digits
+                i += 1
+                while i < n and (m[i].isdigit() or m[i] == "n"):
+                    i += 1
+        elif c == "E":
+            if not stack:
+                return None
+            stack.pop()
+            i += 1
+            if not stack:  # the name is complete; what follows is its signature
+                ends.append((i, ()))
+                break
+        elif c == "D" and i + 1 < n and m[i + 1] == "F":  # DF16b (bfloat16), DF16_ (_Float16): a builtin type
+            j = i + 2
+            while j < n and m[j].isdigit():
+                j += 1
+            if j >= n:
+                break
+            i = j + 1
+        elif c == "D" and i + 1 < n and m[i + 1] in "nhsiacdfu":  # Dn nullptr_t, Dh half, Ds / Di char16/32_t, ...
+            i += 2
+        elif c in "KVrPR":  # qualifiers and pointers / references: prefixes of the next type
+            i += 1
+            continue  # not the end of a token
+        elif c == "S" and i + 1 < n and m[i + 1] in "tabsiod":  # std::, std::allocator, ...
+            i += 2
+        elif c in "ST":  # a substitution S_ / S0_ or a template parameter T_ / T0_
+            j = i + 1
+            while j < n and (m[j].isdigit() or m[j].isupper()) and m[j] != "_":
+                j += 1
+            if j >= n:
+                break
+            if m[j] != "_":
+                return None
+            i = j + 1
+        elif c in _BUILTIN and stack and stack[-1] in "IL":
+            i += 1
+        else:
+            return None
+        ends.append((i, tuple(stack)))
+    return ends
+
+
+@lru_cache(maxsize=1 << 12)
+def demangle_cut(name: str) -> str | None:
+    """The readable prefix of an Itanium-mangled name that was cut (a profiler keeps a name's first N bytes) and so
+    does not demangle, plus `...`: `_ZN7cutlass13device_kernelIN2at4cuda6detail25enable_3x_kernel_for_sm9x` ->
+    `cutlass::device_kernel<at::cuda::detail::enable_3x_kernel_for_sm9x...`. The prefix (ended at one of its last
+    token boundaries) is completed with the closing `E`s its open scopes need (and a void signature) and demangled
+    by LLVM's demangler; the text the completion added is taken off again. None when the name demangles whole, or
+    no completion demangles."""
+    if _itanium_demangle is None or not name.startswith("_Z") or len(name) > 4096 or _demangle_token(name):
+        return None
+    ends = _token_ends(name)
+    if not ends:
+        return None
+    for cut, scopes in reversed(ends[-12:]):
+        text = _completed(name[:cut], scopes)
+        if text:
+            return text + "..."
+    return None
+
+
+def _completed(prefix: str, scopes: tuple[str, ...]) -> str | None:
+    closers = "E" * len(scopes)
+    for tail in ("", "v", "vv"):
+        text = _demangle_token(prefix + closers + tail)
+        if not text:
+            continue
+        if text.startswith("void ") and tail == "vv":
+            text = text[5:]
+        text = text.removesuffix("()").removesuffix("(void)").rstrip()
+        for _ in range(scopes.count("I")):  # the > of every template-argument list the completion closed
+            if not text.endswith(">"):
+                return None
+            text = text[:-1].rstrip()
+        text = text.rstrip(", ")
+        return text if text.count("<") >= scopes.count("I") else None
+    return None
+
+
+def _cut_at_break(s: str, max_len: int) -> str:
+    """`s` cut to at most max_len characters at a `::`, `<`, `,`, `_` or space, never inside a word."""
+    if len(s) <= max_len:
+        return s
+    head = s[:max_len]
+    best = max(head.rfind(t) for t in ("::", "<", ",", " ", "_"))
+    return head[:best] if best > max_len // 3 else head
+
+
 @lru_cache(maxsize=1 << 16)
 def display_name(name: str, max_len: int = DEFAULT_MAX_LEN) -> str:
     """A short, readable kernel name (about max_len characters when the name allows; the base function name
@@ -403,7 +516,10 @@ def _display(s: str, max_len: int) -> str:
     if re.match(r"^(?:Custom_)?Cijk_", s):
         head, parts = _tensile(s)
         return _assemble(None, head, parts, max_len, words=True)
-    if s.startswith("_Z"):  # a mangled name the demangler could not read: its head, marked as cut
+    if s.startswith("_Z"):  # a mangled name the demangler could not read (cut by the profiler?)
+        cut = demangle_cut(s)
+        if cut is not None:  # its readable prefix, marked as cut
+            return cut if len(cut) <= max_len + 3 else _cut_at_break(cut[:-3], max_len) + "..."
         return s if len(s) <= max_len else s[:max_len - 1] + "…"
     if re.match(r"^[\w$.]+$", s):
         return _long_identifier(s, max_len) if len(s) > max_len and _LONG_FAMILY.match(s) else s

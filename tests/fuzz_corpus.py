@@ -33,7 +33,9 @@ HOSTILE = ["\x1b[31mRED\x1b[0m", "\x1b]0;pwned\x07", "\u202eevil\u202c", "a\x00b
            # the second corpus's classes (issue 25): OSC 8 hyperlink, OSC 52 clipboard write, C1 NEL / CSI, JSON line
            # separators, bidi isolates and the Arabic letter mark
            "\x1b]8;;http://evil.example\x07link\x1b]8;;\x07", "\x1b]52;c;cHduZWQ=\x07", "\x85\x9b2J",
-           "a\u2028b\u2029c", "\u2066iso\u2069\u061c"]
+           "a\u2028b\u2029c", "\u2066iso\u2069\u061c",
+           # issue 33: zero-width and other invisible format characters (text that hides what it says)
+           "gemm\u200b\u200c\u200d\u2060", "\u00ad\U000e0041\u180e"]
 BIG_INTS = [2**63, 2**64 + 7, -(2**63) - 1, 10**30]
 # layer indices a label parser must not turn into an overflowing number (issue 25: "an overflowing layer-range case
 # dies of SIGSEGV"), and the label forms that carry one (our scopes, HF / vLLM module paths, record's module ranges)

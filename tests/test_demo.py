@@ -31,7 +31,9 @@ def test_demo_saves_before_and_after_profiles(demo_result):
     b = load_profile(demo_result.runs["before"]["profile"])
     a = load_profile(demo_result.runs["after"]["profile"])
     assert b.meta["run"]["switches"] == {"moe_impl": "loop", "shared_expert": "separate", "block_reuse": 1,
-                                         "attention": "sparse", "graphs": False, "compile": False}
+                                         "attention": "sparse", "graphs": False, "compile": False,
+                                         "compile_prefill": False, "triton_norm_rope": False,
+                                         "triton_attention": False, "triton_moe": False}
     assert a.meta["run"]["switches"]["moe_impl"] == "grouped" and a.meta["run"]["switches"]["shared_expert"] == "fused"
     assert a.meta["run"]["switches"]["block_reuse"] == 4
     for run in demo_result.runs.values():

@@ -166,8 +166,12 @@ def test_hostile_names_stay_json(tmp_path):
     prof.strings[int(k)] = "\x1b[31m\u202e\x00\"}]a\nb"
     out = tmp_path / "h.json"
     export_trace(prof, out)
-    by = validate(json.loads(out.read_text()))
-    assert any(e["name"] == "\x1b[31m\u202e\x00\"}]a\nb" for e in by["X"])
+    text = out.read_text()
+    by = validate(json.loads(text))
+    # the slice shows the name with its controls as visible escapes (mmprof.render.safe.visible, issue 33): Perfetto
+    # would render a raw U+202E as a reversal of what follows it
+    assert any(e["name"] == "\\x1b[31m\\u202e\\x00\"}]a\\nb" for e in by["X"])
+    assert not any(c in text for c in "\x1b\u202e\x00")
 
 
 def test_export_of_nothing_is_no_evidence(tmp_path, capsys):
@@ -178,7 +182,7 @@ def test_export_of_nothing_is_no_evidence(tmp_path, capsys):
     save_profile(Profile.empty(), p)
     with pytest.raises(SystemExit) as e:
         main(["export", str(p), "-o", str(tmp_path / "t.json")])
-    assert e.value.code == 2 and "nothing to put on a timeline" in capsys.readouterr().err
+    assert e.value.code == 2 and "every table is empty" in capsys.readouterr().err  # refused when read
     assert not (tmp_path / "t.json").exists()
 
 

@@ -216,7 +216,7 @@ def test_fp002_reads_sparse_layers_from_model_config():
     ('[[assert]]\nid = "a"\nkind = "requires"\nregion = "x"\n', "kind"),
     ('[[assert]]\nid = "a"\nkind = "require"\nfamily = "gemm"\n', "needs a `region`"),
     ('[[assert]]\nid = "a"\nkind = "require"\nregion = "x"\n', "at least one of"),
-    ('[[assert]]\nid = "a"\nkind = "forbid_pattern"\npattern = "("\n', "bad `pattern`"),
+    ('[[assert]]\nid = "a"\nkind = "forbid_pattern"\npattern = "("\n', "bad regex .* in `pattern`"),
     ('[[assert]]\nid = "a"\nkind = "max_launches"\nregion = "x"\n', "integer `max`"),
     ('[[assert]]\nid = "a"\nkind = "dispatch"\nop = "moe.experts"\n', "impl"),
     ('[[assert]]\nid = "a"\nkind = "require"\nregion = "x"\nfamily = "g"\nlayers = "3-x"\n', "layer range"),

@@ -55,7 +55,8 @@ FULL = bool(os.environ.get("MMPROF_FUZZ_FULL"))
 # DEL, C1 (as UTF-8), bidi marks, overrides and isolates, the Arabic letter mark, U+2028 / U+2029 (a line end to
 # JavaScript), the BOM
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xa8-\xae]|\xe2\x81[\xa6-\xa9]"
-                      rb"|\xd8\x9c|\xef\xbb\xbf")
+                      rb"|\xd8\x9c|\xef\xbb\xbf"
+                      rb"|\xe2\x80[\x8b-\x8d]|\xe2\x81[\xa0-\xa4]|\xc2\xad|\xf3\xa0\x81[\x80-\xbf]|\xe1\xa0\x8e")  # zero-width, tags
 
 
 @dataclass

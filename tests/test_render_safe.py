@@ -145,8 +145,12 @@ def test_shapes_renderer(capsys):
 # -- every control class through every sink (issue 25's second corpus) -------------------------------------------
 CLASSES = {"OSC 8": "\x1b]8;;https://e.x\x07ln\x1b]8;;\x07", "OSC 52": "\x1b]52;c;aGk=\x07", "C1": "\x9b2J\x85",
            "U+2028/9": "a\u2028b\u2029", "bidi isolate": "\u2066x\u2069\u061c", "CSI": "\x1b[31m",
-           "newline row": "a\nFP001 ... PASS"}
-RAW2 = ["\x1b", "\x07", "\x9b", "\x85", "\u2028", "\u2029", "\u2066", "\u2069", "\u061c"]
+           "newline row": "a\nFP001 ... PASS",
+           # issue 33: text that hides what it says (zero-width space / joiners, word joiner, soft hyphen, a tag
+           # character, the Mongolian vowel separator, a Hangul filler)
+           "zero width": "a\u200bb\u200cc\u200dd\u2060e", "invisible": "\u00ad\U000e0041\u180e\u3164"}
+RAW2 = ["\x1b", "\x07", "\x9b", "\x85", "\u2028", "\u2029", "\u2066", "\u2069", "\u061c", "\u200b", "\u200c",
+        "\u200d", "\u2060", "\u00ad", "\U000e0041", "\u180e", "\u3164"]
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +171,10 @@ def hostile2(tmp_path_factory):
 @pytest.mark.parametrize("cmd", [["summary"], ["summary", "--json"], ["report", "--by-shape"], ["report", "--json"],
                                  ["report", "--by-shape", "--json"], ["verify-fastpath", "--json"],
                                  ["verify-fastpath", "-v", "--junit", "{tmp}/j.xml"], ["diff", "{src}", "--json"],
-                                 ["diff", "{src}"], ["classify", "--unclassified"]])
+                                 ["diff", "{src}"], ["classify", "--unclassified"], ["report"],
+                                 ["report", "--markdown", "{tmp}/r.md"], ["report", "--html", "{tmp}/r.html"],
+                                 ["diff", "{src}", "--markdown", "{tmp}/d.md"], ["diff", "{src}", "--html", "{tmp}/d.html"],
+                                 ["export", "-o", "{tmp}/t.json"], ["verify-fastpath"]])
 def test_every_control_class_is_inert_in_every_sink(hostile2, capsys, monkeypatch, tmp_path, cmd):
     """Terminal tables (rich, through mmprof.render.safe.SafeConsole) and JSON (mmprof.render.safe.json_text) never
     carry a raw ESC / OSC / C1 / U+2028 / bidi control, and a name's newline never starts a row; the JSON still
@@ -179,8 +186,11 @@ def test_every_control_class_is_inert_in_every_sink(hostile2, capsys, monkeypatc
         args = [args[0], str(hostile2), *args[1:]]
     rc, out = run(args, capsys, monkeypatch, 200)
     assert rc in (0, 1), out
+    files = sorted(tmp_path.glob("*.*"))  # every file output (Markdown, HTML, JUnit, the Perfetto trace) too
     for ch in RAW2:
         assert ch not in out, f"raw {ch!r} in {cmd}"
+        for f in files:
+            assert ch not in f.read_text(encoding="utf-8"), f"raw {ch!r} in {f.name} of {cmd}"
     assert not _fake_line(out)
     if "--json" in cmd and cmd[0] in ("summary", "report"):
         import json
@@ -234,3 +244,20 @@ def test_progress_bar_on_a_terminal_shows_names_inert():
     assert shown.is_set()
     assert "\x1b]52" not in out and "\x1b]8;;http" not in out and "\u2028" not in out and "\nFP001" not in out
     assert "\\x1b]52;c;aGk=\\x07\\nFP001 ... PASS [bold]x\\u2028" in out
+
+
+def test_every_format_character_is_escaped():
+    """Unicode category Cf (format characters: zero-width, joiners, bidi, tags, ...), by the running Python's
+    unicodedata: visible() shows each as an escape and json_text() writes each as \\uXXXX (the same JSON value)."""
+    import json
+    import unicodedata
+
+    from mmprof.render.safe import json_text, visible
+
+    cf = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"]
+    assert len(cf) > 150
+    for ch in cf:
+        shown = visible("a" + ch + "b")
+        assert ch not in shown and shown.startswith("a\\") and shown.endswith("b"), hex(ord(ch))
+        doc = json_text(json.dumps("a" + ch + "b", ensure_ascii=False))
+        assert ch not in doc and json.loads(doc) == "a" + ch + "b", hex(ord(ch))

@@ -239,3 +239,66 @@ def test_committed_examples_have_no_efficiency_over_150_percent():
     for f in files:
         e = events_of(import_paths([f])).roof.efficiency
         assert not np.isfinite(e).any() or np.nanmax(e) <= 1.5, (f, np.nanmax(e))
+
+
+def test_inductor_kernels_are_memory_bound_with_the_bytes_of_their_arguments():
+    """torch/_inductor/runtime/triton_heuristics.py records each Inductor kernel launch as a CPU op named after the
+    kernel with its arguments' shapes; a pointwise / reduction kernel reads or writes each argument once (Inductor's
+    own byte estimate, torch/_inductor/codegen/simd.py estimate_kernel_num_bytes), so it is memory-bound by kind
+    with those bytes, unless its fused ops (index, slice, gather, ...) touch an argument in part: then no bytes."""
+    norm = op_cost("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0",
+                   [[1, 1, 2048], [2048], [1, 1, 2048], [], []], [BF16, BF16, BF16, "Scalar", "Scalar"])
+    assert norm.bound == "memory" and norm.family == "reduction" and math.isnan(norm.flops)
+    assert norm.bytes == 3 * 2048 * 2
+    act = op_cost("triton_poi_fused__unsafe_view_add_clamp_mul_sigmoid_split_0", [[1, 12288], [1, 1, 6144], []],
+                  [BF16, BF16, "Scalar"])
+    assert act.family == "elementwise" and act.bytes == (12288 + 6144) * 2
+    # a KV insert writes one position of a [1, 4, 528, 128] cache; a slice reads 2048 of 3072: bytes unknown
+    for name in ("triton_poi_fused_add_arange_index_put_slice_transpose_view_5",
+                 "triton_per_fused__to_copy_mean_pow_slice_view_0", "triton_poi_fused_1"):
+        c = op_cost(name, [[1], [1, 1, 3072], [1, 4, 528, 128], []], ["long int", BF16, BF16, "Scalar"])
+        assert c.bound == "memory" and math.isnan(c.bytes), name
+    # not Inductor's: a hand-written kernel named triton_* and Inductor's templates (GEMMs) are not memory-bound
+    # by kind
+    assert op_cost("triton_tem_fused_mm_0", [[8, 64], [64, 64], [8, 64]], [BF16, BF16, BF16]) is None
+    assert op_family("triton_w4a16_gemm_kernel") is None
+
+
+def test_committed_compile_profile_gives_inductor_kernels_a_bound():
+    """The H200 compile rung's profile (tests/data/h200_compile): every replayed Inductor kernel of the decode steps
+    is memory-bound; those whose names list no partial access get an efficiency from their arguments' bytes, recounted
+    here from the op rows' JSON."""
+    import json
+
+    from mmprof.analysis.timeline.events import events_of
+    from mmprof.profiles.io import load_profile
+    from tests.conftest import data_file
+
+    p = load_profile(data_file("h200_compile/compile_b1.json.xz"))
+    ev = events_of(p)
+    name = ev.frame()["name"].to_numpy()
+    ind = np.array([str(n).startswith(("triton_poi_fused", "triton_per_fused", "triton_red_fused")) for n in name])
+    assert ind.sum() > 1000
+    roof = ev.roof
+    assert (roof.bound[ind] == BOUND_MEMORY).all()
+    norm = np.flatnonzero(name == "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0")
+    assert len(norm) and np.isfinite(roof.efficiency[norm]).all()
+    # an eager call (one kernel per launch op) has its op's bytes, recounted from the op row's shapes
+    one = norm[ev.graph[norm] < 0][0]
+    dims = json.loads(p.strings[p.tables["ops"]["input_dims"][ev.op[one]]])
+    want = sum(math.prod(d) * 2 for d in dims if d)  # every argument is bf16 here
+    assert roof.bytes[one] == pytest.approx(want)
+    gathers = np.flatnonzero(np.array(["index_put" in str(n) for n in name]) & ind)
+    assert len(gathers) and np.isnan(roof.efficiency[gathers]).all() and np.isnan(roof.bytes[gathers]).all()
+
+
+def test_the_runtime_fused_experts_op_gets_the_fused_moe_cost():
+    """The Triton experts' launcher is the custom op `mmprof::fused_experts` with vLLM's fused-MoE schema
+    (runtime/kernels/ops.py): the general fused-MoE formula prices it from its shapes. Batch 1 of `small`: 4 routed
+    experts + the fused shared slot, each gate/up [1536, 2048] and down [2048, 768] in bf16, read once."""
+    dims = [[1, 2048], [129, 1536, 2048], [129, 2048, 768], [1, 5], [1, 5], [], []]
+    types = [BF16, BF16, BF16, "float", "int", "Scalar", "Scalar"]
+    c = op_cost("mmprof::fused_experts", dims, types)
+    assert c.family == "grouped_gemm" and c.dtype_class == "bf16"
+    assert c.flops == 2 * 5 * (1536 * 2048 + 2048 * 768)
+    assert c.bytes == 2 * 2048 * 2 + 5 * (1536 * 2048 + 2048 * 768) * 2 + 5 * (4 + 4)

@@ -120,7 +120,8 @@ def test_meta_run_timings_and_dilation(fast_light):
     r = m["run"]
     assert r["preset"] == "tiny" and r["device"] == "cpu" and r["dtype"] == "float32"
     assert r["switches"] == {"moe_impl": "grouped", "shared_expert": "fused", "block_reuse": 4, "attention": "sparse",
-                             "graphs": False, "compile": False}
+                             "graphs": False, "compile": False, "compile_prefill": False, "triton_norm_rope": False,
+                             "triton_attention": False, "triton_moe": False}
     assert r["graphs"] is None  # no --graphs: no graph runner
     assert r["workload"] == {"batch": 1, "prompt_len": 32, "decode_steps": 3, "seed": 0}
     for kind in ("plain", "full", "light", "profiled"):

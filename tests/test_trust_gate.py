@@ -91,12 +91,20 @@ def test_valid_region_globs_are_accepted(glob):
 
 # -- bounded regexes ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("rx", ["(a+)+$", "(a*)*b", "(?:x{1,}y?)+", "(\\w+\\s?)*$", "((ab)*c)+"])
-def test_nested_quantifiers_are_refused(rx):
-    """(a+)+ against 'aaaa...!' backtracks exponentially in Python's re: such a spec would hang the gate."""
+def test_nested_quantifiers_run_in_linear_time_or_are_refused(rx, monkeypatch):
+    """(a+)+ against 'aaaa...!' backtracks exponentially in Python's re: such a spec hung the gate (issues 25, 33).
+    With RE2 the pattern runs in linear time (accepted, engine re2); without RE2 it is refused at load."""
+    from mmprof import regex_safety
+
     for key in ("name", "pattern"):
         body = f"name = '{rx}'\nregion = '*'\nkind = 'forbid'" if key == "name" else f"pattern = '{rx}'\nkind = 'forbid_pattern'"
-        with pytest.raises(BadInput, match="nests a repeat inside a repeat"):
-            _spec(f'[spec]\nchecks = []\n[[assert]]\nid = "x"\n{body}\n')
+        spec = f'[spec]\nchecks = []\n[[assert]]\nid = "x"\n{body}\n'
+        _spec(spec)
+        assert compile_bounded(rx, "w", key).engine == "re2"
+        with monkeypatch.context() as m:
+            m.setattr(regex_safety, "_re2", None)
+            with pytest.raises(BadInput, match="nests a repeat inside a repeat"):
+                _spec(spec)
 
 
 @pytest.mark.parametrize("rx", ["Mxfp4.*[Ee]mulat", "^nvjet_\\w+_\\d+x\\d+", "(ab)+", "a+b+c*", "(?:gemm|bmm)_\\d+"])

@@ -61,17 +61,20 @@ def test_too_many_events_stop_while_the_gzip_is_decompressed(tmp_path, monkeypat
 def _fields(e) -> tuple:
     """Every field of an event and of its args (the full Args' field list, so lean and full decodes compare)."""
     a = e.args
-    args = None if a is None else tuple(bytes(v) if isinstance(v, msgspec.Raw) else v
+    args = None if a is None else tuple((bytes(v) or None) if isinstance(v, msgspec.Raw) else v
                                         for v in (getattr(a, f) for f in ch.Args.__struct_fields__))
     return tuple(getattr(e, f) for f in ch.Event.__struct_fields__ if f != "args") + (args,)
 
 
 @pytest.mark.parametrize("collective", [False, True])
-@pytest.mark.parametrize("chunk", [1, 2, 7, 65_536])
+@pytest.mark.parametrize("chunk", [1, 2, 7, 300, 65_536])
 def test_chunked_decode_equals_a_one_shot_parse(monkeypatch, chunk, collective):
-    """Decoding in chunks of any size gives the events a single msgspec parse into the full Event gives, field by
-    field (a trace without a "Collective name" key uses the lean args, whose collective fields read None, as they
-    are; one with it keeps them), and equal strings and grid triples become one shared object."""
+    """Decoding in windows of any size (bytes: mmprof.importers._json_windows, a window of 1 byte ends at every
+    element) gives the events a single msgspec parse into the full Event gives, field by field (a trace without a
+    "Collective name" key uses the lean args, whose collective fields read None, as they are; one with it keeps
+    them), and equal strings and grid triples become one shared object."""
+    from mmprof.importers import _json_windows
+
     doc = kineto_seed()
     if collective:
         doc["traceEvents"].insert(4, {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
@@ -79,7 +82,7 @@ def test_chunked_decode_equals_a_one_shot_parse(monkeypatch, chunk, collective):
                                                                         "dtype": "Float", "In msg nelems": 4,
                                                                         "Process Group Ranks": [0, 1]}})
     raw = json.dumps(doc).encode()
-    monkeypatch.setattr(ch, "CHUNK_EVENTS", chunk)
+    monkeypatch.setattr(_json_windows, "WINDOW", chunk)
     got, bad = ch.decode(raw, "x")
     want = msgspec.json.decode(raw, type=ch.Trace)
     assert bad == 0 and got.distributedInfo == want.distributedInfo and got.deviceProperties == want.deviceProperties
@@ -107,7 +110,9 @@ def test_a_misfit_event_in_one_chunk_drops_only_that_event(monkeypatch):
     n = len(doc["traceEvents"])
     doc["traceEvents"].insert(5, {"ph": "X", "cat": "kernel", "ts": {"not": "a number"}})
     doc["traceEvents"].insert(9, 17)
-    monkeypatch.setattr(ch, "CHUNK_EVENTS", 4)
+    from mmprof.importers import _json_windows
+
+    monkeypatch.setattr(_json_windows, "WINDOW", 400)  # bytes: a window of a few events
     got, bad = ch.decode(json.dumps(doc).encode(), "x")
     assert bad == 2 and len(got.traceEvents) == n
 

@@ -53,7 +53,15 @@ def test_permission_denied_on_an_input_is_one_line(trace, monkeypatch, capsys):
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *a, **k)
 
+    real_os_open = os.open
+
+    def deny_fd(path, *a, **k):  # mmprof.fileio.open_input opens by descriptor (non-blocking, then fstat)
+        if str(path) == str(trace):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_os_open(path, *a, **k)
+
     monkeypatch.setattr(builtins, "open", deny)
+    monkeypatch.setattr(os, "open", deny_fd)
     with pytest.raises(BadInput, match="cannot read: Permission denied"):
         read_bytes(trace)
     code, _, err = _cli(["summary", trace], capsys)

@@ -59,8 +59,9 @@ def test_violation_exits_1_and_names_the_rule(profiles, capsys, tmp_path):
 
 def test_no_evidence_exits_2_with_errors_in_junit(profiles, capsys, tmp_path):
     junit = tmp_path / "empty.xml"
-    rc, out, _ = run_cli(["verify-fastpath", str(profiles["empty"]), "--junit", str(junit)], capsys)
-    assert rc == 2 and "NO EVIDENCE" in out
+    rc, out, err = run_cli(["verify-fastpath", str(profiles["empty"]), "--junit", str(junit)], capsys)
+    # a profile with every table empty is refused when read (issue 33), one line: never judged, never a pass
+    assert rc == 2 and "every table is empty" in err and err.count("\n") == 1 and "PASS" not in out
     cases = [c for s in JUnitXml.fromfile(str(junit)) for c in s]
     assert cases and all(isinstance(c.result[0], Error) for c in cases)
     assert not any(c.is_passed for c in cases)

@@ -1,7 +1,8 @@
 """The optimization ladder on one GPU: baseline -> +grouped -> +fused -> +reuse K=2 -> +reuse K=4 -> all, then the
 graphs rungs: fused+graphs (the +fused switches, decode steps replayed as a CUDA/HIP graph) and all+graphs, and the
 compile rung all+compile (all+graphs with the static step's region math through torch.compile; compile_rung.py
-measures it against the graph rungs in detail).
+measures it against the graph rungs in detail), and all+kernels (all+compile with the Triton decode kernels of
+runtime/kernels/; decode_kernels.py measures them in detail).
 
 Presets `small` and `m3-rank-slice` (rank 0 of TP=8 at the real M3 dims, 8 layers), bf16. For each
 decode batch (1, 8, 64): one chunked prefill of a `--prompt`-token prompt fills the KV cache, then every rung
@@ -42,6 +43,10 @@ RUNGS = [  # (name, switches): cumulative
     ("all+graphs", dict(moe_impl="grouped", shared_expert="fused", block_reuse=4, attention="sparse", graphs=True)),
     ("all+compile", dict(moe_impl="grouped", shared_expert="fused", block_reuse=4, attention="sparse", graphs=True,
                          compile=True)),
+    # the hand-written Triton decode kernels (runtime/kernels/) on top of the compile rung (decode_kernels.py
+    # measures them against the graph and compile rungs in detail)
+    ("all+kernels", dict(moe_impl="grouped", shared_expert="fused", block_reuse=4, attention="sparse", graphs=True,
+                         compile=True, triton_norm_rope=True, triton_attention=True, triton_moe=True)),
 ]
 GOAL = 3.14
 
@@ -267,7 +272,7 @@ def _run(a, device) -> int:
               f"{r['decode_tok_s']:13.1f} {r['speedup']:7.2f} {r['prefill_tok_s']:14.0f} {r['prefill_speedup']:7.2f}")
     for name in a.presets:
         for b in a.batches:
-            for rung in ("all", "all+graphs", "all+compile"):
+            for rung in ("all", "all+graphs", "all+compile", "all+kernels"):
                 allr = [r for r in rows if r["preset"] == name and r["batch"] == b and r["rung"] == rung]
                 if allr:
                     ok = "MEETS" if allr[0]["speedup"] >= GOAL else "misses"

@@ -12,7 +12,7 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MMPROF_GPU_TESTS=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-limit() { case "$1" in ladder|examples) echo 420;; hf_m3_gpu) echo 540;; shapes_live|run_dilation) echo 240;; *) echo 180;; esac; }
+limit() { case "$1" in ladder|examples) echo 420;; hf_m3_gpu) echo 540;; decode_kernels) echo 340;; shapes_live|run_dilation) echo 240;; *) echo 180;; esac; }
 for name in "$@"; do
   dir="$FINAL/$name"; mkdir -p "$dir"
   echo "=== $name (limit $(limit "$name") s)"

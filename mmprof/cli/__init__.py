@@ -219,6 +219,9 @@ def _hugepage_hint(args: list[str]) -> None:
 
 def _run(args: list[str]):
     _hugepage_hint(args)
+    common = sys.modules.get("mmprof.cli._common")
+    if common is not None:
+        common.reset_verdict()  # a fresh verdict per call (tests call main() many times in one process)
     try:
         return cli.main(args=args, prog_name="mmprof", standalone_mode=False)
     except Exception as e:  # a command that asked for a report file on failure (verify-fastpath --junit) gets it
@@ -250,16 +253,20 @@ def _stdout_broken() -> bool:
 
 
 def _stdout_closed(e: OSError) -> int:
-    """stdout cannot take the output (a closed pipe, a full disk, /dev/full): exit 2, never 0 or 1, and never an
-    'Exception ignored' message when Python flushes stdout at exit."""
+    """stdout cannot take the output. A reader that went away (`mmprof summary X | head -1`: a closed pipe) is the
+    reader's choice: the command ends quietly, no error line, with the exit code it had decided (a gate's verdict:
+    `mmprof.cli._common.verdict`; else 0). A full disk or /dev/full lost the output: one error line, exit 2, never
+    0 or 1. Never an 'Exception ignored' message when Python flushes stdout at exit."""
     try:
         fd = os.open(os.devnull, os.O_WRONLY)
         os.dup2(fd, sys.stdout.fileno())
         os.close(fd)
     except (OSError, ValueError, AttributeError):
         pass
-    why = "the reader closed the pipe" if isinstance(e, BrokenPipeError) else one_line(e.strerror or str(e))
-    _err(f"mmprof: error: stdout: the output could not be written ({why})")
+    if isinstance(e, BrokenPipeError):
+        common = sys.modules.get("mmprof.cli._common")
+        return common.decided_code() if common is not None else 0
+    _err(f"mmprof: error: stdout: the output could not be written ({one_line(e.strerror or str(e))})")
     return 2
 
 

@@ -14,6 +14,26 @@ from mmprof.fileio import atomic_write, note_input, track_inputs
 from mmprof.render.safe import SafeConsole, json_text
 
 
+_VERDICT: list[int] = []  # the exit code a command decided before printing (a gate's verdict)
+
+
+def verdict(code: int) -> int:
+    """Note the exit code a command has decided before it prints its output: if the reader of stdout goes away
+    meanwhile (`mmprof verify-fastpath P | head -1`), the command ends quietly with this code, so a gate keeps its
+    verdict (mmprof.cli.main). Returns `code`."""
+    _VERDICT[:] = [code]
+    return code
+
+
+def reset_verdict() -> None:
+    _VERDICT.clear()
+
+
+def decided_code() -> int:
+    """The code noted by `verdict` (0 when the command noted none: its output was its result)."""
+    return _VERDICT[-1] if _VERDICT else 0
+
+
 def console(stderr: bool = False) -> Console:
     """The console every command prints through: mmprof.render.safe.SafeConsole makes names inert at the sink."""
     return SafeConsole(stderr=stderr, highlight=False, soft_wrap=False)
@@ -81,6 +101,36 @@ class DtypeType(click.ParamType):
                             in self.allowed})
             self.fail(f"{str(value)[:20]!r} is not a dtype this command takes ({', '.join(names)})", param, ctx)
         return out
+
+
+class Real(click.FloatRange):
+    """The one type of every real-valued option: a finite number within [min, max]. click's FloatRange lets NaN
+    through (every comparison with NaN is false: `ranks --threshold nan` was accepted) and inf where no max is
+    set; here both are a one-line usage error, exit 2."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        v = click.types.FloatParamType.convert(self, value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(v, param, ctx)
+
+
+class Count(click.IntRange):
+    """The one type of every integer option: a whole number within [min, max] (negative counts, sizes and ranks
+    are refused in one line, never passed on)."""
+
+    name = "integer"
+
+
+def count(min: int = 0, max: int | None = None) -> Count:
+    return Count(min=min, max=max)
+
+
+RANK = count(0, 2**31 - 1)  # mmprof.profiles.schema.MAX_RANK (not imported: `rules`, `--help` load no numpy)
 
 
 graph_ref_option = click.option(

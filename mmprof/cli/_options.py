@@ -9,7 +9,7 @@ import click
 
 from mmprof.analysis.shapes.shape_match import match_profile
 from mmprof.capture.workflows.run_options import PRESET_NAMES, RunOptions
-from mmprof.cli._common import DtypeType
+from mmprof.cli._common import DtypeType, count
 from mmprof.errors import BadInput
 from mmprof.modelspec import ModelSpec
 from mmprof.runtime import Switches, SwitchSpec
@@ -52,9 +52,9 @@ def workload_options(f):
         click.option("--dtype", type=DtypeType(("float32", "bfloat16"), short=False), default=None,
                      help="Weights and activations: float32 (fp32) or bfloat16 (bf16) [default: float32 on cpu, "
                           "bfloat16 on cuda]."),
-        click.option("--batch", type=int, default=1, show_default=True, help="Sequences decoded together (concurrency)."),
-        click.option("--prompt-len", type=int, default=128, show_default=True, help="Prompt tokens per sequence."),
-        click.option("--decode-steps", type=int, default=8, show_default=True,
+        click.option("--batch", type=count(1), default=1, show_default=True, help="Sequences decoded together (concurrency)."),
+        click.option("--prompt-len", type=count(1), default=128, show_default=True, help="Prompt tokens per sequence."),
+        click.option("--decode-steps", type=count(1), default=8, show_default=True,
                      help="Greedy decode steps after the prefill."),
         click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="Seed for the weights and the random prompt."),
     ]

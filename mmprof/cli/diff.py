@@ -11,7 +11,7 @@ import orjson
 
 from mmprof.analysis.compare.diff import diff_profiles
 from mmprof.analysis.compare.plain import PlainTiming, from_document, from_value
-from mmprof.cli._common import console, echo_json, json_option, load_any, write_text
+from mmprof.cli._common import RANK, console, echo_json, json_option, load_any, write_text
 from mmprof.cli._options import model_options, shape_regions
 from mmprof.errors import BadInput
 from mmprof.fileio import check_output, read_bytes
@@ -99,7 +99,7 @@ def plain_option(value: str | None, option: str) -> PlainTiming | None:
 @click.option("--markdown", "markdown_file", metavar="FILE", help="Also write a Markdown summary (for a PR comment); '-' for stdout.")
 @click.option("--html", "html_file", metavar="FILE", help="Also write one self-contained HTML file with plots.")
 @click.option("--phase", metavar="PHASE", help="Phase to compare (prefill, decode); default decode when both have it.")
-@click.option("--rank", type=int, metavar="R", help="Compare one rank only.")
+@click.option("--rank", type=RANK, metavar="R", help="Compare one rank only.")
 @click.option("--plain-before", metavar="TIME", help="The before run's time without the profiler: '4.3ms' (per decode "
               "step), '230tok/s', or a JSON file (a vllm-kit summary, a benchmark line with decode_ms_per_step). "
               "Default: the profile's own (mmprof run) or a NAME.summary.json beside the trace.")

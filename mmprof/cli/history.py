@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from mmprof.cli._common import console, echo_json, json_option, required_store_option
+from mmprof.cli._common import Real, console, count, echo_json, json_option, required_store_option
 from mmprof.render.text.history import render_history
 
 
@@ -13,13 +13,13 @@ from mmprof.render.text.history import render_history
 @click.option("--phase", default=None, help="Only this phase (prefill, decode, mixed) [default: all].")
 @click.option("--model", default=None, help="Only runs of this model.")
 @click.option("--engine", default=None, help="Only runs of this engine.")
-@click.option("--tp", type=int, default=None, help="Only runs of this tensor-parallel size.")
+@click.option("--tp", type=count(1), default=None, help="Only runs of this tensor-parallel size.")
 @click.option("--label", default=None, help="Only runs with this label.")
 @click.option("--last", type=click.IntRange(min=1), default=None, help="Only the newest N runs.")
 @click.option("--check", is_flag=True,
               help="Gate: exit 1 when the newest run's dominant variant of a watched region changed or a step time "
                    "grew beyond the threshold and the noise, against the run before it in its series.")
-@click.option("--threshold", type=click.FloatRange(min=0, max=10), default=0.05, show_default=True,
+@click.option("--threshold", type=Real(0, 10), default=0.05, show_default=True,
               help="With --check: a step time growth (fraction) that fails when also beyond the noise band.")
 @click.option("--baseline", default=None, metavar="RUN", help="With --check: compare with this run instead.")
 @click.option("--candidate", default=None, metavar="RUN", help="With --check: judge this run instead of the newest.")

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from mmprof.cli._common import (add_to_store, console, echo_json, graph_ref_option, json_option, load_ref,
+from mmprof.cli._common import (RANK, add_to_store, console, echo_json, graph_ref_option, json_option, load_ref,
                                 log_option, store_option, with_log_file)
 from mmprof.cli._provenance import apply_provenance, provenance_option, read_provenance
 from mmprof.errors import BadInput
@@ -20,7 +20,7 @@ from mmprof.render.text.progress import progress_bar
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
               help="Profile to write (.json, or .json.gz / .json.xz to compress).")
-@click.option("--rank", type=int, default=None, help="Rank of a single trace that does not say (overrides the file).")
+@click.option("--rank", type=RANK, default=None, help="Rank of a single trace that does not say (overrides the file).")
 @click.option("--format", "fmt", default=None,
               help="Skip content detection: kineto, rocpd, rocprofv3-csv, rocprofv3-json, nsys-sqlite.")
 @click.option("--one-run", is_flag=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from mmprof.analysis.ranks.imbalance import THRESHOLD, rank_analysis
-from mmprof.cli._common import console, echo_json, json_option, load_any
+from mmprof.cli._common import Real, console, echo_json, json_option, load_any
 from mmprof.cli._options import model_options, shape_regions
 from mmprof.render.text.ranks import STEP_ROWS, render_ranks
 
@@ -14,7 +14,7 @@ from mmprof.render.text.ranks import STEP_ROWS, render_ranks
 @click.argument("profile", type=click.Path(dir_okay=True))
 @json_option
 @click.option("--phase", metavar="PHASE", help="Only this phase (prefill, decode).")
-@click.option("--threshold", type=click.FloatRange(0, 1), default=THRESHOLD, show_default=True,
+@click.option("--threshold", type=Real(0, 1), default=THRESHOLD, show_default=True,
               help="Imbalance (spread of the ranks' waiting, as a share of the step) that makes a finding.")
 @click.option("--step-rows", "step_rows", type=click.IntRange(min=0), default=STEP_ROWS, show_default=True,
               help="Rows of the straggler-per-step table.")

@@ -7,7 +7,7 @@ import click
 from mmprof.capture.record import RecordOptions
 from mmprof.capture.record import record as do_record
 from mmprof.capture.session import DEFAULT_STEP_MARKERS
-from mmprof.cli._common import add_to_store, console, echo_json, store_option
+from mmprof.cli._common import Real, add_to_store, console, count, echo_json, store_option
 from mmprof.errors import BadInput
 from mmprof.fileio import parse_size
 from mmprof.render.text.progress import progress_bar
@@ -19,12 +19,12 @@ from mmprof.render.text.record import render_record
               help="Profile to write (.json, .json.gz or .json.xz).")
 @click.option("--backend", type=click.Choice(["torch", "rocprofv3", "nsys"]), default="torch", show_default=True,
               help="torch: torch.profiler in every process (no code changes); rocprofv3 / nsys: run under the tool.")
-@click.option("--steps", type=int, default=None, help="Capture N steps (default: the whole run).")
-@click.option("--skip", type=int, default=0, show_default=True, help="Skip the first M steps before capturing.")
+@click.option("--steps", type=count(1), default=None, help="Capture N steps (default: the whole run).")
+@click.option("--skip", type=count(0), default=0, show_default=True, help="Skip the first M steps before capturing.")
 @click.option("--step-marker", "markers", multiple=True, metavar="PATTERN",
               help="Annotation name (glob) that delimits a step; repeatable. Default: mmprof.step.*, "
                    "ProfilerStep#*, 'gpu_model_runner: forward' (vLLM).")
-@click.option("--flush-every", type=int, default=None, metavar="N",
+@click.option("--flush-every", type=count(1), default=None, metavar="N",
               help="Write each process's trace every N steps, so a process that dies keeps all but its last N.")
 @click.option("--light", is_flag=True, help="Light capture: shapes for the first step only (launch-bound runs).")
 @click.option("--kernels-only", is_flag=True,
@@ -44,9 +44,9 @@ from mmprof.render.text.record import render_record
 @click.option("--log-limit", default="4MiB", show_default=True, metavar="SIZE",
               help="Size bound of the kept log: its head and tail, plus the lines the log rules recognise in between.")
 @click.option("--trace-dir", default=None, help="Where per-process traces go (default: OUT's name + .traces).")
-@click.option("--grace", type=float, default=10.0, show_default=True,
+@click.option("--grace", type=Real(0), default=10.0, show_default=True,
               help="Seconds to wait for workers that outlive the command to finish writing.")
-@click.option("--stop-grace", type=float, default=15.0, show_default=True, metavar="SECONDS",
+@click.option("--stop-grace", type=Real(0), default=15.0, show_default=True, metavar="SECONDS",
               help="After Ctrl-C or SIGTERM: how long the command gets to stop before mmprof sends it SIGTERM, "
                    "and as long again before SIGKILL (a second Ctrl-C skips the wait); what was captured is kept.")
 @click.option("--json", "as_json", is_flag=True, help="Print the record result as JSON on stdout at the end.")

@@ -6,8 +6,8 @@ import click
 
 from mmprof.analysis.views.by_shape import by_shape
 from mmprof.analysis.views.report import build_report
-from mmprof.cli._common import (console, echo_json, graph_ref_option, json_option, load_any, log_option,
-                                with_log_file, write_text)
+from mmprof.cli._common import (RANK, console, echo_json, graph_ref_option, json_option, load_any, log_option,
+                                verdict, with_log_file, write_text)
 from mmprof.cli._options import model_options, shape_regions
 from mmprof.cli._provenance import apply_provenance, provenance_option, read_provenance
 from mmprof.errors import BadInput
@@ -21,7 +21,7 @@ from mmprof.render.text.report import render_report
 @click.argument("profile", type=click.Path(dir_okay=True))
 @json_option
 @click.option("--phase", metavar="PHASE", help="Only this phase (prefill, decode).")
-@click.option("--rank", type=int, metavar="R", help="Only this rank.")
+@click.option("--rank", type=RANK, metavar="R", help="Only this rank.")
 @click.option("--top", type=click.IntRange(1, 100_000), default=None, help="Top kernels per phase [default: 10]; rows of the --by-shape "
               f"table [default: {SHAPE_ROWS}].")
 @click.option("--by-shape", "by_shape_", is_flag=True, help="Instead: a roofline row per (region, op, input shapes, dtype) and "
@@ -61,6 +61,7 @@ def report(ctx: click.Context, profile: str, as_json: bool, phase: str | None, r
         write_text(markdown_file, report_markdown(result, top))
     if html_file:
         write_text(html_file, report_html(result, top))
+    verdict(1 if check and result.checks.get("status") == "fail" else 0)  # kept if stdout's reader goes away
     if as_json:
         echo_json(result.to_dict())
     elif markdown_file != "-":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from mmprof.capture.workflows.shapes import analytic_shapes, live_shapes, profile_shapes
-from mmprof.cli._common import DtypeType, console, echo_json, json_option, write_text
+from mmprof.cli._common import DtypeType, console, echo_json, json_option, verdict, write_text
 from mmprof.errors import BadInput
 from mmprof.render.html import shapes_html
 from mmprof.render.markdown import shapes_markdown
@@ -75,6 +75,7 @@ def shapes(ctx: click.Context, tp, ep, model, engine, layout_opts, batch, seq, p
         write_text(markdown_file, shapes_markdown(res))
     if html_file:
         write_text(html_file, shapes_html(res))
+    verdict(1 if check and res.has_errors else 0)  # kept if stdout's reader goes away
     if as_json:
         echo_json(res.to_dict())
     elif markdown_file != "-":

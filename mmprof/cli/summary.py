@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from mmprof.analysis.views.summary import summarize
-from mmprof.cli._common import console, echo_json, json_option, load_any
+from mmprof.cli._common import RANK, console, echo_json, json_option, load_any
 from mmprof.errors import NoEvidence
 from mmprof.profiles.schema import TABLES
 from mmprof.render.text.summary import render_summary
@@ -14,7 +14,7 @@ from mmprof.render.text.summary import render_summary
 @click.command("summary")
 @click.argument("path", type=click.Path())
 @click.option("--top", type=click.IntRange(1, 1000), default=10, show_default=True, help="Rows in the top tables.")
-@click.option("--rank", type=int, default=None, help="Only this rank.")
+@click.option("--rank", type=RANK, default=None, help="Only this rank.")
 @click.option("--ops-by", type=click.Choice(["self", "total"]), default="self", show_default=True,
               help="Rank ops by self time or total (inclusive) time.")
 @json_option

@@ -17,7 +17,7 @@ from mmprof.capture.workflows.run_options import validate
 from mmprof.analysis.shapes.engines import engine_of
 from mmprof.analysis.shapes.trace_tp import check_tp
 from mmprof.cli._common import (console, echo_json, graph_ref_option, json_option, junit_on_error, load_any,
-                                log_option, with_log_file, write_text)
+                                log_option, verdict, with_log_file, write_text)
 from mmprof.cli._options import model_options, run_options, shape_regions, workload_options
 from mmprof.analysis.shapes.shape_match import match_profile
 from mmprof.errors import BadInput
@@ -77,6 +77,7 @@ def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | No
         write_text(html_file, verify_html(result))
     steps = engine_steps(prof)  # a serving engine's steps: the checks see their phases (prefill / mixed / decode)
     steps_line = f"engine steps ({', '.join(sorted(set(steps['engine'])))}): {describe(steps)}" if len(steps) else None
+    verdict(result.exit_code)  # kept if stdout's reader goes away while it prints
     if as_json:
         d = result.to_dict()
         if steps_line:

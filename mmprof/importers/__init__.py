@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 
 from mmprof.errors import BadInput, MmprofError, UnsupportedFormat
-from mmprof.fileio import head_bytes, note_input, sqlite_connect
+from mmprof.fileio import head_bytes, note_input, regular_file, sqlite_connect
 from mmprof.importers._runs import different_runs, rank_facts
 from mmprof.importers.graph_replays import attribute_replays, unmarked_replays
 from mmprof.labels import MAX_RANK
@@ -51,9 +51,7 @@ def detect(path: str | os.PathLike) -> str:
     p = Path(path)
     if not p.exists():
         raise BadInput(f"{p}: no such file or directory")
-    if not p.is_file() and not p.is_dir():  # a device or a FIFO: never read (endless, or blocking)
-        raise BadInput(f"{p}: is a device or a FIFO, not a regular file; save the data to a file first")
-    if p.stat().st_size == 0:
+    if regular_file(p).st_size == 0:  # a device, FIFO, socket or directory: refused there, never read
         raise BadInput(f"{p}: empty file")
     head = head_bytes(p, 65536)
     if p.suffix.lower() in NSYS_REPORT_SUFFIXES and not head.startswith(SQLITE_MAGIC):

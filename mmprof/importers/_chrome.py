@@ -12,12 +12,19 @@ per-event conversion that keeps every event that fits and counts the rest, so th
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 
 from mmprof.errors import BadInput
-from mmprof.fileio import check_density, check_events
+from mmprof.fileio import EventBudget, check_density, check_events
+from mmprof.importers._json_windows import array_windows, raw_span
+
+# Fields a hostile file could fill with one huge array (issue 33: a 130 KB gzip made 40M objects): scalars, or a
+# short list (grid / block are [x, y, z]), or the raw JSON text, interned by content (`_Interner`), so an event costs
+# at most its own bytes; any other shape sends the event through the per-event fallback (`_lenient_events`).
+Scalar = Union[str, int, float, bool, None]
+Dims = Union[Annotated[list[Union[int, float, str, None]], msgspec.Meta(max_length=8)], int, float, str, None]
 
 Num = Union[int, float]
 IntOrStr = Union[int, str]
@@ -29,8 +36,8 @@ class Args(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     correlation: Union[int, str, None] = None
     device: Union[int, str, None] = None
     stream: Union[int, str, None] = None
-    grid: Any = None
-    block: Any = None
+    grid: Dims = None
+    block: Dims = None
     bytes: Union[int, float, str, None] = None
     size: Union[int, float, str, None] = None
     kind: Union[int, str, None] = None
@@ -46,16 +53,16 @@ class Args(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     pg_name: Union[str, int, None] = msgspec.field(default=None, name="Process Group Name")
     pg_desc: Union[str, None] = msgspec.field(default=None, name="Process Group Description")
     pg_id: Union[str, int, None] = msgspec.field(default=None, name="Process Group ID")
-    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    pg_ranks: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Process Group Ranks")  # its JSON text
     # metadata events (ph "M")
-    name: Any = None
-    labels: Any = None
+    name: Scalar = None
+    labels: Scalar = None
 
 
 class Event(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     ph: Union[str, None] = None
     cat: Union[str, None] = None
-    name: Any = None
+    name: Scalar = None
     pid: Union[int, str, None] = None
     tid: Union[int, str, None] = None
     ts: Union[int, float, None] = None
@@ -102,15 +109,20 @@ class Trace(msgspec.Struct, forbid_unknown_fields=False):
     roctracer_version: Any = None
 
 
-class _RawTrace(Trace, forbid_unknown_fields=False):
-    traceEvents: Union[list[msgspec.Raw], None] = None  # type: ignore[assignment]
+_HEADER_FIELDS = tuple(f for f in Trace.__struct_fields__ if f != "traceEvents")
+# The document with every field as its raw JSON text (a view of the bytes: nothing is built): the header fields are
+# decoded one by one (each at most HEADER_MAX_BYTES), the event array is split in windows (mmprof.importers._json_windows)
+_RawTrace = msgspec.defstruct("_RawTrace", [(f, msgspec.Raw, msgspec.Raw(b"")) for f in Trace.__struct_fields__],
+                              forbid_unknown_fields=False)
+HEADER_MAX_BYTES = 1 << 20  # a header field (deviceProperties, distributedInfo, ...) is a few KB in real traces
+EVENT_MAX_BYTES = 1 << 20   # an event decoded generically (the per-event fallback): real ones are < 64 KB
 
 
 _TRACE = msgspec.json.Decoder(_RawTrace)
-_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+_ANY = msgspec.json.Decoder()
+_WHOLE = msgspec.json.Decoder(msgspec.Raw)
 _EVENT = msgspec.json.Decoder(Event)
 _LEAN_EVENT = msgspec.json.Decoder(LeanEvent)
-CHUNK_EVENTS = 65_536  # events decoded into Structs at a time (then their repeated strings are shared)
 
 
 def decode(data: bytes, where: str, compressed: int | None = None, counted: bool = False) -> tuple[Trace, int]:
@@ -135,41 +147,62 @@ def decode(data: bytes, where: str, compressed: int | None = None, counted: bool
     head = data[:64].lstrip()
     try:
         if head.startswith(b"["):
-            trace, raws = Trace(), _RAWS.decode(data)
+            trace = Trace()
+            span = raw_span(data, _WHOLE.decode(data))  # checks the JSON syntax, builds nothing
         else:
             rt = _TRACE.decode(data)
-            raws = rt.traceEvents
-            trace = Trace(**{f: getattr(rt, f) for f in Trace.__struct_fields__ if f != "traceEvents"})
-    except msgspec.ValidationError:
-        return _decode_lenient(data, where)
+            trace = Trace(**{f: _header(getattr(rt, f), f, where) for f in _HEADER_FIELDS})
+            span = _events_span(data, rt.traceEvents, where)
+    except msgspec.ValidationError as e:
+        raise BadInput(f"{where}: JSON that is not a Chrome trace ({short_error(e)})") from e
     except msgspec.DecodeError as e:
         raise BadInput(f"{where}: not valid JSON ({short_error(e)}); is the file complete?") from e
-    if raws is None:
-        raise BadInput(f"{where}: a JSON object without \"traceEvents\"; not a PyTorch profiler (Kineto) trace")
-    trace.traceEvents, bad = _decode_events(raws, where, lean=RARE_KEY not in data)
+    budget = EventBudget(where, compressed)  # every element counts, whatever its shape (the "ph" count may not)
+    trace.traceEvents, bad = _decode_events(array_windows(data, *span, budget, where), where,
+                                            lean=RARE_KEY not in data)
     return trace, bad
 
 
-def _decode_events(raws: list, where: str, lean: bool) -> tuple[list[Event], int]:
-    """Events of `raws` (consumed: the list is emptied chunk by chunk, so the Raw views and the Structs never
-    all exist at once), and the number dropped because they did not fit the types. `lean`: no event holds a
-    collective key, so the lean args decode the same."""
+def _header(raw: msgspec.Raw, field: str, where: str) -> Any:
+    """One header field's value, decoded from its raw text (at most HEADER_MAX_BYTES: no header is that large)."""
+    if not raw:  # absent
+        return None
+    if len(memoryview(raw)) > HEADER_MAX_BYTES:
+        raise BadInput(f"{where}: the header field {field!r} holds {len(memoryview(raw)):,} bytes of JSON (a trace's "
+                       f"header fields hold a few KB): not a PyTorch profiler (Kineto) trace")
+    return _ANY.decode(raw)
+
+
+def _events_span(data: bytes, raw: msgspec.Raw, where: str) -> tuple[int, int]:
+    if not raw:
+        raise BadInput(f"{where}: a JSON object without \"traceEvents\"; not a PyTorch profiler (Kineto) trace")
+    start, end = raw_span(data, raw)
+    if data[start:start + 1] != b"[":
+        kind = {b"{": "an object", b'"': "a string", b"n": "null"}.get(data[start:start + 1], "a number or boolean")
+        if kind == "null":
+            raise BadInput(f"{where}: a JSON object without \"traceEvents\"; not a PyTorch profiler (Kineto) trace")
+        raise BadInput(f"{where}: \"traceEvents\" is {kind}, not a list of events; not a PyTorch profiler (Kineto) "
+                       "trace")
+    return start, end
+
+
+def _decode_events(windows, where: str, lean: bool) -> tuple[list[Event], int]:
+    """Events of the windows of Raws (mmprof.importers._json_windows: one window's Raws exist at a time, counted
+    against the event limits before the next is split), and the number dropped because they did not fit the types.
+    `lean`: no event holds a collective key, so the lean args decode the same."""
     dec = (_LEAN_EVENT if lean else _EVENT).decode
     out: list[Event] = []
     bad = 0
     intern = _Interner()
-    raws.reverse()  # chunks are taken from the end: each `del` is O(chunk), never a shift of the whole list
-    while raws:
-        chunk = raws[-CHUNK_EVENTS:]
-        del raws[-CHUNK_EVENTS:]
-        chunk.reverse()
+    for chunk in windows:
         try:
             evs = [dec(r) for r in chunk]  # one call per event: no joined copy of the chunk
         except msgspec.ValidationError:
-            evs, b = lenient_events(chunk)
+            evs, b = lenient_events(chunk, dec)
             bad += b
         except msgspec.DecodeError as e:
             raise BadInput(f"{where}: not valid JSON ({short_error(e)}); is the file complete?") from e
+        del chunk
         intern(evs)
         out += evs
     return out, bad
@@ -208,6 +241,9 @@ class _Interner:
                     a.input_dims = self._raw(a.input_dims)
                 if a.input_type:
                     a.input_type = self._raw(a.input_type)
+                v = getattr(a, "pg_ranks", None)  # a class attribute of the lean args (None)
+                if v:
+                    a.pg_ranks = self._raw(v)
 
     def _raw(self, v: msgspec.Raw) -> msgspec.Raw:
         b = bytes(v)
@@ -223,56 +259,31 @@ class _Interner:
             return v
 
 
-def lenient_events(raws: list) -> tuple[list[Event], int]:
-    """One event at a time: those that fit (after `_coerce`), and how many did not."""
+def lenient_events(raws: list, dec=None) -> tuple[list[Event], int]:
+    """One event at a time: those that fit (typed, else after `_coerce`), and how many did not. An element that is
+    not an object, or larger than EVENT_MAX_BYTES, is counted without being decoded."""
+    dec = dec or _EVENT.decode
     events = []
     bad = 0
     for r in raws:
         try:
-            e = msgspec.json.decode(r)
+            events.append(dec(r))
+            continue
+        except msgspec.ValidationError:
+            pass
         except msgspec.DecodeError:
             bad += 1
             continue
-        try:
-            events.append(msgspec.convert(e, Event))
-        except msgspec.ValidationError:
-            fixed = _coerce(e)
-            if fixed is None:
-                bad += 1
-            else:
-                events.append(fixed)
+        view = memoryview(r)
+        if len(view) > EVENT_MAX_BYTES or view[:1] != b"{":  # not an event object, or too big to decode generically
+            bad += 1
+            continue
+        fixed = _coerce(_ANY.decode(r))
+        if fixed is None:
+            bad += 1
+        else:
+            events.append(fixed)
     return events, bad
-
-
-def _decode_lenient(data: bytes, where: str) -> tuple[Trace, int]:
-    """Slow path: decode generically, then convert event by event, dropping (and counting) misfits."""
-    try:
-        doc = msgspec.json.decode(data)
-    except msgspec.DecodeError as e:
-        raise BadInput(f"{where}: not valid JSON ({short_error(e)}); is the file complete?") from e
-    if isinstance(doc, list):
-        raw_events, header = doc, {}
-    elif isinstance(doc, dict):
-        raw_events = doc.get("traceEvents")
-        header = {k: v for k, v in doc.items() if k != "traceEvents"}
-        if not isinstance(raw_events, list):
-            raise BadInput(f"{where}: a JSON object without a \"traceEvents\" list; not a PyTorch profiler (Kineto) trace")
-    else:
-        raise BadInput(f"{where}: JSON {type(doc).__name__}, not a PyTorch profiler (Kineto) trace")
-    events = []
-    bad = 0
-    for e in raw_events:
-        try:
-            events.append(msgspec.convert(e, Event))
-        except msgspec.ValidationError:
-            fixed = _coerce(e)
-            if fixed is None:
-                bad += 1
-            else:
-                events.append(fixed)
-    trace = msgspec.convert({k: v for k, v in header.items() if k in Trace.__struct_fields__}, Trace)
-    trace.traceEvents = events
-    return trace, bad
 
 
 def _coerce(e: Any) -> Event | None:
@@ -289,9 +300,16 @@ def _coerce(e: Any) -> Event | None:
                 return None
     args = e.get("args")
     if args is not None and not isinstance(args, dict):
-        e["args"] = None
+        e["args"] = args = None
+    ranks = None
+    if isinstance(args, dict) and "Process Group Ranks" in args:  # a Raw field: msgspec.convert cannot fill it
+        e["args"] = args = dict(args)
+        ranks = args.pop("Process Group Ranks")
     try:
-        return msgspec.convert(e, Event)
+        ev = msgspec.convert(e, Event)
+        if ranks is not None and ev.args is not None:
+            ev.args.pg_ranks = msgspec.Raw(msgspec.json.encode(ranks))
+        return ev
     except msgspec.ValidationError:
         if isinstance(args, dict):
             e["args"] = None  # keep the event itself; its args were unusable

@@ -16,6 +16,7 @@ import json
 import re
 from bisect import bisect_left
 
+import msgspec
 import numpy as np
 
 from mmprof.units import dtype_bytes
@@ -59,6 +60,16 @@ def _nbytes(nelems, dtype) -> int:
 def _ranks_text(v) -> str | None:
     if v is None:
         return None
+    if isinstance(v, msgspec.Raw):  # kept as its JSON text by the decoder (mmprof.importers._chrome.Args)
+        text = bytes(v)
+        if not text:  # absent
+            return None
+        if len(text) > 65536:  # no process group lists that many ranks in a trace; a hostile value is not kept
+            return None
+        try:
+            v = msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            return None
     if isinstance(v, str):
         try:
             return json.dumps(json.loads(v), separators=(", ", ": "))

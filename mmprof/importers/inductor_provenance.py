@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mmprof.errors import BadInput
-from mmprof.fileio import read_bytes
+from mmprof.fileio import read_bytes, regular_file
 
 KEY = "inductor_provenance"
 _MAPPINGS = ("inductor_provenance_tracking_node_mappings", "inductor_triton_kernel_to_post_grad_nodes")
@@ -104,7 +104,7 @@ def _is_stacks(doc: Any) -> bool:
 
 def _read_json(p: Path) -> Any:
     try:
-        return json.loads(read_bytes(p).decode("utf-8"))
+        return json.loads(read_bytes(p, json_document=True).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise BadInput(f"{p}: not valid JSON ({str(e)[:80]})") from None
     except RecursionError:
@@ -117,14 +117,18 @@ _COMPILE = re.compile(r'"frame_id": (\d+), "frame_compile_id": (\d+)(?:, "attemp
 def _read_log(p: Path, out: dict[tuple, dict]) -> int:
     """A TORCH_TRACE structured log: each artifact line is followed by its tab-indented payload line; the
     artifact's frame / compile id names the compiled graph (Inductor numbers kernel handles per graph)."""
-    lines = read_bytes(p).decode("utf-8", "replace").splitlines()
+    text = read_bytes(p, json_document=True).decode("utf-8", "replace")
     found = 0
-    for i, line in enumerate(lines[:-1]):
+    prev = None  # lines are taken one at a time: a log of millions of empty lines is never a list of them
+    for i, nxt in enumerate(_lines(text), -1):
+        line, prev = prev, nxt
+        if line is None:
+            continue
         kind = next((k for k in (*_MAPPINGS, _STACKS) if f'"name": "{k}"' in line), None)
-        if kind is None or not lines[i + 1].startswith("\t"):
+        if kind is None or not nxt.startswith("\t"):
             continue
         try:
-            doc = json.loads(lines[i + 1][1:])
+            doc = json.loads(nxt[1:])
         except ValueError:
             raise BadInput(f"{p}:{i + 2}: the {kind} artifact is not valid JSON") from None
         m = _COMPILE.search(line)
@@ -132,6 +136,15 @@ def _read_log(p: Path, out: dict[tuple, dict]) -> int:
         (_add_stacks if kind == _STACKS else _add_mappings)(out, doc, f"{p}:{i + 2}", graph)
         found += 1
     return found
+
+
+def _lines(text: str):
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield text[start:end].rstrip("\r")
+        start = end + 1
 
 
 def _wanted(f: Path) -> bool:
@@ -149,8 +162,9 @@ def _read_one(p: Path, out: dict[tuple, dict], in_dir: bool = False) -> None:
             raise BadInput(f"{p}: no Inductor provenance files in this directory "
                            "(inductor_provenance_tracking_node_mappings.json, a TORCH_TRACE log)")
         return
-    if not p.is_file():
+    if not p.exists():
         raise BadInput(f"{p}: no such provenance file")
+    regular_file(p)  # a FIFO or a device: refused before it is read, naming what it is
     if p.suffix == ".log":
         if not _read_log(p, out) and not in_dir:
             raise BadInput(f"{p}: no Inductor provenance artifacts in this log (compile with INDUCTOR_PROVENANCE=1)")

@@ -84,8 +84,22 @@ def _table_sets(path: Path, con: sqlite3.Connection) -> list[_Tables]:
             if cols and "start" not in cols and "start_id" in cols:
                 raise UnsupportedFormat(f"{path}: a draft rocpd layout (start_id/end_id -> rocpd_timestamp) that "
                                         "no released rocprofv3 writes; re-record with rocprofv3 from ROCm >= 7.0")
-    _check_tables(path, sets, {n for n, t in rows if t == "view"})
+    views = {n for n, t in rows if t == "view"}
+    _check_tables(path, sets, views)
+    _check_views(path, con, views)
     return sets
+
+
+def _check_views(path: Path, con: sqlite3.Connection, views: set[str]) -> None:
+    """rocprofv3's unsuffixed `rocpd_*` views select from the suffixed tables: a view whose table was dropped
+    (`rocpd_kernel_dispatch` over a missing `rocpd_kernel_dispatch_<uuid>`) means the database lost what the view
+    names. Refused in one line, never read as a run without it (a CPU-only run with 0 kernels, issue 33)."""
+    for v in sorted(n for n in views if n.startswith("rocpd_")):
+        try:
+            con.execute(f"SELECT * FROM `{v}` LIMIT 0").fetchall()
+        except sqlite3.DatabaseError as e:
+            raise BadInput(f"{path}: the view {v} cannot be read ({e}): a table rocprofv3 wrote is missing; a "
+                           "damaged or edited database, re-export it from the capture") from None
 
 
 _READ = ("metadata", "string", "kernel_dispatch", "region", "memory_copy", "event", "info_agent", "info_process",

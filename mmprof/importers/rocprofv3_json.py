@@ -31,7 +31,7 @@ _LAUNCH_API = re.compile(r"(Launch|Memcpy|Memset|StreamBeginCapture|StreamEndCap
 def _parse(path: Path) -> dict[str, Any]:
     import orjson
 
-    data = read_bytes(path)
+    data = read_bytes(path, json_document=True)
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:

@@ -185,9 +185,10 @@ def from_dict(doc: Any, where: str = "profile") -> Profile:
     if not all(type(x) is str for x in strings):
         raise SchemaError(f"{where}: the string table holds values that are not strings")
     tables: dict[str, dict[str, np.ndarray]] = {}
-    raw_tables = doc.get("tables") or {}
-    if not isinstance(raw_tables, dict):
-        raise SchemaError(f"{where}: \"tables\" must be an object of tables")
+    raw_tables = doc.get("tables")
+    if not isinstance(raw_tables, dict):  # missing, a list (even an empty one), a string...: not a saved Profile
+        got = "missing" if raw_tables is None else f"a JSON {type(raw_tables).__name__}"
+        raise SchemaError(f"{where}: \"tables\" must be an object of tables, not {got}")
     cap = max_events()
     for t, cols in TABLES.items():
         raw = (raw_tables.get(t) or {})
@@ -212,6 +213,10 @@ def from_dict(doc: Any, where: str = "profile") -> Profile:
                 raise SchemaError(f"{where}: table {t!r} column {c!r} has {len(arr)} rows, header says {n}")
             out[c] = arr
         tables[t] = out
+    if not any(len(next(iter(cols.values()))) for cols in tables.values() if cols):
+        # mmprof writes at least one row (a capture's events, or `run --capture none`'s dispatch log)
+        raise BadInput(f"{where}: a profile whose every table is empty (no kernels, ops, scopes, launches or "
+                       "dispatch log): nothing to analyse; re-run the capture or the import that wrote it")
     meta = doc.get("meta") or {}
     check_meta(meta, where)
     cap_strings(strings)  # a saved Profile holds no name longer than an import would (MAX_NAME_CHARS)
@@ -271,7 +276,7 @@ def _strs(v: Any) -> bool:
 
 def load_profile(path: str | os.PathLike) -> Profile:
     """Read a Profile written by `save_profile` (or `mmprof import`/`run`/`record`)."""
-    data = read_bytes(path)
+    data = read_bytes(path, json_document=True)
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as e:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -46,6 +47,7 @@ from mmprof.analysis.attribution.roofline import BOUND_COMPUTE, BOUND_MEMORY
 from mmprof.errors import BadInput, NoEvidence
 from mmprof.fileio import atomic_output
 from mmprof.names import display_name
+from mmprof.render.safe import json_text, visible
 from mmprof.render.perfetto_timeline import CHUNK, COUNTER, STREAM_TID0, to_us, counter_slices, engine_slices
 
 FULL_NAMES_EVERY_MAX = 200_000
@@ -200,8 +202,31 @@ def _device_args(ev: EventFrame, idx: np.ndarray) -> list[dict]:
     return out
 
 
+@lru_cache(maxsize=1 << 16)
+def _shown(s: str) -> str:
+    return visible(s)
+
+
+def _inert(events: list[dict]) -> None:
+    """Every name and string argument the UI shows, with control and invisible characters as visible escapes
+    (mmprof.render.safe.visible: the one sanitiser): a slice named `gemm\u200b` must not look like `gemm`."""
+    for e in events:
+        n = e.get("name")
+        if n.__class__ is str:
+            e["name"] = _shown(n)
+        a = e.get("args")
+        if a:
+            for k, v in a.items():
+                if v.__class__ is str:
+                    a[k] = _shown(v)
+
+
 def _dumps(events: list[dict]) -> bytes:
-    return orjson.dumps(events)[1:-1] if events else b""
+    if not events:
+        return b""
+    _inert(events)
+    body = orjson.dumps(events)[1:-1]
+    return json_text(body.decode()).encode() if not body.isascii() else body  # what is left (DEL, C1) as \uXXXX
 
 
 class _Doc:

@@ -2,11 +2,14 @@
 
 A kernel, op, region or file name is data: it must never restyle, hide or fake output. The sinks and their rules:
 
-- `visible(s)`: control characters shown as escapes, for every sink. C0 (NUL, ESC, BEL, newline, tab, ...),
-  DEL and C1, the bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069, plus LRM/RLM/ALM), the
-  line and paragraph separators (U+2028/2029), the BOM and the code points XML 1.0 cannot carry (U+FFFE/FFFF,
-  lone surrogates) become `\\x1b`, `\\n`, `\\u202e`, ... So a name can neither send a terminal escape sequence,
-  nor reorder what follows it, nor start an output line of its own (`a\\nFP001 ... PASS` stays on one line).
+- `visible(s)`: control and invisible characters shown as escapes, for every sink. C0 (NUL, ESC, BEL, newline,
+  tab, ...), DEL and C1, every Unicode format character (category Cf: the zero-width space and joiners
+  U+200B-U+200D, the word joiner U+2060, the bidirectional marks, overrides and isolates U+200E/F, U+202A-U+202E,
+  U+2066-U+2069, the soft hyphen, tag characters, ...), other invisible ones (Hangul fillers, variation selectors,
+  the combining grapheme joiner), the line and paragraph separators (U+2028/2029), the BOM and the code points XML
+  1.0 cannot carry (U+FFFE/FFFF, lone surrogates) become `\\x1b`, `\\n`, `\\u200b`, `\\u202e`, ... So a name can
+  neither send a terminal escape sequence, nor hide or reorder what follows it, nor start an output line of its
+  own (`a\\nFP001 ... PASS` stays on one line).
 - `markup(s)`: `visible` plus rich's markup escaping, for text printed through rich's markup
   (`[bold red]x[/]`, `[link=...]` or `[/]` in a name print literally).
 - `cell(s)`: a rich `Text` of `visible(s)`: no markup is parsed at all (table cells).
@@ -34,15 +37,25 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-                     "\ufeff\ufffe\uffff\ud800-\udfff]")
+# Unicode's format characters (category Cf, Unicode 14 as in Python 3.11's unicodedata: tests/test_render_safe.py
+# checks the list against the running Python's): zero-width space / joiners U+200B-U+200D, word joiner and invisible
+# operators U+2060-U+2064, bidi marks, embeddings, overrides and isolates U+200E/F, U+202A-E, U+2066-9, the soft
+# hyphen, the BOM, tag characters U+E0001, U+E0020-E007F, ...: text that hides or reorders what it says.
+_FORMAT = ("\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e"
+           "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U00013438"
+           "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f")
+# Invisible characters of other categories: the combining grapheme joiner, Hangul fillers, variation selectors
+_INVISIBLE = "\u034f\u115f\u1160\u3164\uffa0\ufe00-\ufe0f\U000e0100-\U000e01ef"
+# Controls (C0, DEL, C1), the line and paragraph separators, non-characters XML cannot carry, lone surrogates
+_CONTROL = "\x00-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff\ud800-\udfff"
+_UNSAFE = re.compile(f"[{_CONTROL}{_FORMAT}{_INVISIBLE}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def _show(m: re.Match) -> str:
     c = m.group(0)
     o = ord(c)
-    return _NAMED.get(c) or (f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}")
+    return _NAMED.get(c) or (f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
 
 
 def visible(s: object) -> str:
@@ -61,14 +74,23 @@ def cell(s: object, style: str = "") -> Text:
     return Text(visible(s), style=style)
 
 
-_UNSAFE_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff\ufffe\uffff]")
+_UNSAFE_JSON = re.compile(f"[\x7f-\x9f\u2028\u2029\ufffe\uffff{_FORMAT}{_INVISIBLE}]")  # the encoder escapes C0
 _UNSAFE_LINES = re.compile(_UNSAFE.pattern.replace("\x00-\x1f", "\x00-\x09\x0b-\x1f"))  # all but newline
 
 
+def _json_escape(m: re.Match) -> str:
+    o = ord(m.group())
+    if o < 0x10000:
+        return f"\\u{o:04x}"
+    o -= 0x10000  # beyond the BMP: JSON's surrogate pair
+    return f"\\u{0xd800 + (o >> 10):04x}\\u{0xdc00 + (o & 0x3ff):04x}"
+
+
 def json_text(text: str) -> str:
-    """A JSON document with the characters a terminal or a JavaScript parser acts on written as \\uXXXX escapes
-    (outside strings JSON has only ASCII, so only string contents change, and to the same value)."""
-    return _UNSAFE_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    """A JSON document with the characters a terminal or a JavaScript parser acts on, and every invisible one,
+    written as \\uXXXX escapes (outside strings JSON has only ASCII, so only string contents change, and to the
+    same value)."""
+    return _UNSAFE_JSON.sub(_json_escape, text) if _UNSAFE_JSON.search(text) else text
 
 
 def _lines_visible(s: str) -> str:

@@ -136,30 +136,62 @@ class Attention(nn.Module):
         """x: [B, T, H] -> [B, T, H]."""
         b, t, _ = x.shape
         p = f"layers.{self.layer_id}.attn"
-        sw, log = state.switches, state.dispatch
+        sw = state.switches
         want_dense = sw.attention == "dense"
         compute_sel = self.sparse and not want_dense and state.should_compute_selection(self.layer_id)
         with scope(f"{p}.qkv"):
             w = self.qkv.weight if compute_sel else self.qkv.weight[: self.qkv_n]
             fused = F.linear(x, w)  # [B, T, N]
+        with scope(f"{p}.norm_rope"):
+            q, iq, ik, keys, vals = self._norm_rope(fused, pos, cos, sin, cache, state, compute_sel)
+        kernels = state.kernel("triton_attention")
+        if "triton_attention" in state.kernels:
+            state.dispatch.log(layer=self.layer_id, op="attn.decode", impl="triton" if kernels else _torch_impl(state),
+                               requested="triton", scope=f"{p}.core", reason=state.kernels["triton_attention"])
+        if kernels:
+            o = self._attend_triton(q, iq, ik, pos, cache, state, compute_sel, want_dense)
+        else:
+            o = self._attend(q, iq, ik, keys, vals, pos, cache, state, compute_sel, want_dense)
+        with scope(f"{p}.o_proj"):
+            return self.o_proj(o.transpose(1, 2).reshape(b, t, self.nh * self.hd))  # [B, T, H]
+
+    def _norm_rope(self, fused, pos, cos, sin, cache, state, compute_sel):
+        """The `norm_rope` region: q [B, nh, T, hd], the index queries and keys (None when not computed; the keys
+        also None when already in the cache; else the indexer's scope writes them), and the keys and values
+        attention reads (the whole cache in the static step and after an in-place insert, else the valid prefix)."""
         iqw, ikw = (self.index_q_norm.weight, self.index_k_norm.weight) if compute_sel else (None, None)
         norm_args = (self.nh, self.nkv, self.hd, self.nih, self.ihd, self.q_norm.eps)
-        with scope(f"{p}.norm_rope"):
-            if state.compiled:  # cos / sin: the whole fp32 tables; the KV insert joins the norm and RoPE kernel
-                q, iq = call(True, qk_norm_rope_insert, fused, self.q_norm.weight, self.k_norm.weight, iqw, ikw, cos,
-                             sin, pos, cache.k, cache.v, cache.idx_k if compute_sel else None, *norm_args)
-            else:
-                q, k, v, iq, ik = qk_norm_rope(fused, self.q_norm.weight, self.k_norm.weight, iqw, ikw, cos, sin,
-                                               *norm_args)
-        if state.compiled:
-            keys, vals = cache.k, cache.v  # the whole capacity, as cache.write returns it in the static step
-        else:
-            keys, vals = cache.write(pos, k, v)  # [B, KV, L, D] (L: pos+T, or the capacity in the static step)
+        ik_cache = cache.idx_k if compute_sel else None
+        if "triton_norm_rope" in state.kernels:
+            run = state.kernel("triton_norm_rope")
+            state.dispatch.log(layer=self.layer_id, op="attn.norm_rope", impl="triton" if run else _torch_impl(state),
+                               requested="triton", scope=f"layers.{self.layer_id}.attn.norm_rope",
+                               reason=state.kernels["triton_norm_rope"])
+            if run:
+                from .kernels.norm_rope_insert import qk_norm_rope_kv_insert  # imports Triton: only where it runs
+
+                q, iq = qk_norm_rope_kv_insert(fused, self.q_norm.weight, self.k_norm.weight, iqw, ikw, cos, sin,
+                                               state.pos_t, cache.k, cache.v, ik_cache, *norm_args)
+                return q, iq, None, *cache.valid(pos, 1)
+        if state.compiled and state.static:  # the whole fp32 tables; the KV insert joins the norm and RoPE kernel
+            q, iq = call(True, qk_norm_rope_insert, fused, self.q_norm.weight, self.k_norm.weight, iqw, ikw, cos, sin,
+                         pos, cache.k, cache.v, ik_cache, *norm_args)
+            return q, iq, None, cache.k, cache.v  # the whole capacity, as cache.write returns it in the static step
+        q, k, v, iq, ik = call(state.compiled, qk_norm_rope, fused, self.q_norm.weight, self.k_norm.weight, iqw, ikw,
+                               cos, sin, *norm_args)
+        return q, iq, ik, *cache.write(pos, k, v)  # [B, KV, L, D] (L: pos+T, or the capacity in the static step)
+
+    def _attend(self, q, iq, ik, keys, vals, pos, cache, state, compute_sel, want_dense):
+        """The indexer and the attention core through the region functions (eager, or compiled)."""
+        p = f"layers.{self.layer_id}.attn"
+        log, t = state.dispatch, q.shape[2]
         sel = None
         if self.sparse and not want_dense:
             if compute_sel:
                 with scope(f"{p}.indexer"):
-                    ik_all = cache.idx_k if state.compiled else cache.write_index(pos, ik)  # [B, 1, L, Di]
+                    if ik is not None:
+                        cache.write_index(pos, ik)
+                    ik_all = cache.valid_index(pos, t)  # [B, 1, L, Di]
                     sel = call(state.compiled, select_blocks, iq, ik_all, pos, self.block, self.topk, self.local)
                 state.set_selection(self.layer_id, sel)
                 log.log(layer=self.layer_id, op="attn.indexer", impl="computed", requested="computed",
@@ -172,15 +204,53 @@ class Attention(nn.Module):
             if sel is None:
                 o = call(state.compiled, attend_dense, q, keys, vals, pos, self.scale)
                 if self.sparse:
-                    log.log(layer=self.layer_id, op="attn.core", impl="dense", requested=sw.attention,
+                    log.log(layer=self.layer_id, op="attn.core", impl="dense", requested=state.switches.attention,
                             scope=f"{p}.core")
             elif t <= GATHER_MAX_T:
                 o = call(state.compiled, attend_sparse_gather, q, keys, vals, pos, self.scale, sel, self.block)
                 log.log(layer=self.layer_id, op="attn.core", impl="sparse", requested="sparse", scope=f"{p}.core")
             else:
-                o = attend_sparse_masked(q, keys, vals, pos, self.scale, sel, self.block)
+                o = call(state.compiled, attend_sparse_masked, q, keys, vals, pos, self.scale, sel, self.block)
                 log.log(layer=self.layer_id, op="attn.core", impl="sparse_masked", requested="sparse",
                         scope=f"{p}.core",
                         reason=f"{t}-token prefill: block mask over dense scores (no gather kernel for long query runs)")
-        with scope(f"{p}.o_proj"):
-            return self.o_proj(o.transpose(1, 2).reshape(b, t, self.nh * self.hd))  # [B, T, H]
+        return o
+
+    def _attend_triton(self, q, iq, ik, pos, cache, state, compute_sel, want_dense):
+        """Decode: the indexer's block scores, then the top-k and the attention over the selected blocks (or every
+        block) as Triton kernels over the whole cache, masked at the device position (kernels/decode_attention.py).
+        The top-k runs inside the attention kernel (in `attn.core`), which also returns the selection."""
+        from .kernels.decode_attention import (dense_attention_decode, index_block_scores,  # imports Triton
+                                               sparse_attention_decode)
+
+        p = f"layers.{self.layer_id}.attn"
+        log, pos_t = state.dispatch, state.pos_t
+        if not self.sparse or want_dense:
+            with scope(f"{p}.core"):
+                o = dense_attention_decode(q.contiguous(), cache.k, cache.v, pos_t, self.scale, self.block)
+            if self.sparse:
+                log.log(layer=self.layer_id, op="attn.core", impl="dense", requested=state.switches.attention,
+                        scope=f"{p}.core")
+            return o
+        scores = None
+        if compute_sel:
+            with scope(f"{p}.indexer"):
+                if ik is not None:
+                    cache.write_index(pos, ik)
+                scores = index_block_scores(iq.contiguous(), cache.idx_k, pos_t, self.block, self.local)
+            log.log(layer=self.layer_id, op="attn.indexer", impl="computed", requested="computed",
+                    scope=f"{p}.indexer")
+        else:
+            log.log(layer=self.layer_id, op="attn.indexer", impl="reused", requested="reused", scope=f"{p}.indexer")
+        with scope(f"{p}.core"):
+            o, sel = sparse_attention_decode(q.contiguous(), cache.k, cache.v, pos_t, self.scale, self.block,
+                                             self.topk, scores=scores, sel=None if compute_sel else state.selection)
+        if compute_sel:
+            state.set_selection(self.layer_id, sel)
+        log.log(layer=self.layer_id, op="attn.core", impl="sparse", requested="sparse", scope=f"{p}.core")
+        return o
+
+
+def _torch_impl(state) -> str:
+    """The name of the PyTorch path a kernel switch fell back to."""
+    return "inductor" if state.compiled else "eager"

@@ -316,6 +316,23 @@ class Switches:
     compile: bool = switch(False, baseline=False, op="decode.compile",
                            help="Compile the graph-captured decode step with torch.compile (Inductor); needs "
                                 "--graphs. Off in both bases.")
+    # prefill's region math through the same torch.compile functions (one compilation per prompt shape)
+    compile_prefill: bool = switch(False, baseline=False, op="prefill.compile",
+                                   help="Compile the prefill's region math with torch.compile (Inductor; one "
+                                        "compilation per prompt length). Off in both bases.")
+    # hand-written Triton kernels for the decode step (runtime/kernels/): one switch per kernel family. Off in both
+    # bases: they need a GPU (or TRITON_INTERPRET=1 on the CPU); where they cannot run the PyTorch path runs and the
+    # dispatch row says why.
+    triton_norm_rope: bool = switch(False, baseline=False, op="attn.norm_rope",
+                                    help="Decode: Q/K norm, RoPE and the KV-cache insert as one Triton kernel. Off in "
+                                         "both bases.")
+    triton_attention: bool = switch(False, baseline=False, op="attn.decode",
+                                    help="Decode: the indexer's block scores, top-k and attention over the selected "
+                                         "blocks as Triton kernels. Off in both bases.")
+    triton_moe: bool = switch(False, baseline=False, op="moe.experts",
+                              help="Decode: the router and the routed experts (gate_up + SwiGLU + down, top-k "
+                                   "weights applied; only the experts the batch touches) as Triton kernels. Off in "
+                                   "both bases.")
 
     def __post_init__(self) -> None:
         for spec in self.specs():

@@ -45,6 +45,17 @@ class LayerCache:
         self.v[:, :, pos:pos + t] = v
         return self.k[:, :, :pos + t], self.v[:, :, :pos + t]
 
+    def valid(self, pos: int | torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values attention reads after positions pos..pos+T-1 are written: the valid prefix
+        [B, kvh, pos+T, D], or the whole cache with a device-tensor `pos` (readers mask past it)."""
+        if isinstance(pos, torch.Tensor):
+            return self.k, self.v
+        return self.k[:, :, :pos + t], self.v[:, :, :pos + t]
+
+    def valid_index(self, pos: int | torch.Tensor, t: int) -> torch.Tensor:
+        """The index keys the indexer reads: [B, 1, pos+T, Di], or the whole cache with a device-tensor `pos`."""
+        return self.idx_k if isinstance(pos, torch.Tensor) else self.idx_k[:, :, :pos + t]
+
     def write_index(self, pos: int | torch.Tensor, idx_k: torch.Tensor) -> torch.Tensor:
         """idx_k: [B, 1, T, Di]; returns the valid prefix [B, 1, pos+T, Di] (the whole [B, 1, S_max, Di] with a
         device-tensor `pos`)."""

@@ -173,35 +173,62 @@ class MoE(nn.Module):
         x = x.view(-1, h)
         p = f"layers.{self.layer_id}.moe"
         sw, log = state.switches, state.dispatch
-        with scope(f"{p}.router"):
-            w, ids = call(state.compiled, route, x, self.gate.weight, self.e_score_correction_bias, self.top_k)
         fuse = sw.shared_expert == "fused" and self.fusable
+        kernels = state.kernel("triton_moe")
+        with scope(f"{p}.router"):
+            if kernels:  # this rank's weight slots and their weights, the routed scaling and the fused slot applied
+                from .kernels.fused_moe import moe_route  # imports Triton: only where its kernels run
+
+                ids, tw = moe_route(x, self.gate.weight, self.e_score_correction_bias, self.top_k, self.e0,
+                                    self.n_local, self.n_local if fuse else -1, 1.0 / self.scale, self.scale)
+            else:
+                w, ids = call(state.compiled, route, x, self.gate.weight, self.e_score_correction_bias, self.top_k)
         if self.has_shared:
             log.log(layer=self.layer_id, op="moe.shared", impl="fused" if fuse else "separate",
                     requested=sw.shared_expert, scope=f"{p}.routed" if fuse else f"{p}.shared",
                     reason=self.unfused_reason if sw.shared_expert == "fused" and not fuse else None)
-        slots = ids  # [N, k] expert id -> local weight slot
-        if self.n_local < self.n_experts:  # only experts e0.. are here (EP): others' pairs get slot -1
-            slots = (ids - self.e0).masked_fill((ids < self.e0) | (ids >= self.e0 + self.n_local), -1)
         shared = None
         if self.has_shared and not fuse:
             with scope(f"{p}.shared"):
                 shared = call(state.compiled, expert_mlp, x, *self._shared_weights(), self.alpha, self.limit)  # [N, H]
         with scope(f"{p}.routed"):  # the MoE layer's single all-reduce (TP/EP) is attributed here
-            if sw.moe_impl == "loop":
-                if fuse:  # the shared expert as an always-selected extra slot, weight 1/scale
-                    w, slots = with_fused_slot(w, slots, self.n_local, 1.0 / self.scale)
-                out = self._experts_loop(x, w, slots) * self.scale  # [N, H]
+            if kernels:
+                from .kernels.ops import fused_experts  # imports Triton: only where its kernels run
+
+                out = fused_experts(x, self.w13, self.w2, tw, ids, self.alpha, self.limit)  # [N, H]
                 if shared is not None:
                     out = out + shared
-                log.log(layer=self.layer_id, op="moe.experts", impl="loop", requested="loop", scope=f"{p}.routed")
+                log.log(layer=self.layer_id, op="moe.experts", impl="triton", requested="triton", scope=f"{p}.routed")
             else:
-                why = self._align_reason(x) or grouped_mm_unavailable(x.device, x.dtype)
-                if why is None and state.compiled and x.dtype != torch.bfloat16:
-                    # torch's meta function of _grouped_mm (what Dynamo traces with) takes bf16 only
-                    why = f"torch.compile traces grouped_mm in bfloat16 only, not {x.dtype}"
-                out = call(state.compiled, routed_grouped, x, w, slots, self.w13, self.w2, self.alpha, self.limit,
-                           why is None, self.n_local if fuse else -1, 1.0 / self.scale, self.scale, shared)
-                log.log(layer=self.layer_id, op="moe.experts", impl="grouped_mm" if why is None else "grouped_bmm",
-                        requested="grouped_mm", scope=f"{p}.routed", reason=why)
+                out = self._routed(x, w, ids, fuse, shared, state)
             return self.reduce(out).view(b, t, h)
+
+    def _routed(self, x, w, ids, fuse: bool, shared, state) -> torch.Tensor:
+        """The routed experts through PyTorch (loop or grouped GEMM) -> [N, H]; logs the `moe.experts` row (with the
+        Triton switch's reason when it was requested and could not run)."""
+        p = f"layers.{self.layer_id}.moe"
+        sw, log = state.switches, state.dispatch
+        slots = ids  # [N, k] expert id -> local weight slot
+        if self.n_local < self.n_experts:  # only experts e0.. are here (EP): others' pairs get slot -1
+            slots = (ids - self.e0).masked_fill((ids < self.e0) | (ids >= self.e0 + self.n_local), -1)
+        wanted = state.kernels.get("triton_moe", False) is not False  # requested, could not run
+        if sw.moe_impl == "loop":
+            if fuse:  # the shared expert as an always-selected extra slot, weight 1/scale
+                w, slots = with_fused_slot(w, slots, self.n_local, 1.0 / self.scale)
+            out = self._experts_loop(x, w, slots) * self.scale  # [N, H]
+            if shared is not None:
+                out = out + shared
+            log.log(layer=self.layer_id, op="moe.experts", impl="loop", requested="triton" if wanted else "loop",
+                    scope=f"{p}.routed", reason=state.kernels.get("triton_moe") if wanted else None)
+            return out
+        why = self._align_reason(x) or grouped_mm_unavailable(x.device, x.dtype)
+        if why is None and state.compiled and x.dtype != torch.bfloat16:
+            # torch's meta function of _grouped_mm (what Dynamo traces with) takes bf16 only
+            why = f"torch.compile traces grouped_mm in bfloat16 only, not {x.dtype}"
+        out = call(state.compiled, routed_grouped, x, w, slots, self.w13, self.w2, self.alpha, self.limit,
+                   why is None, self.n_local if fuse else -1, 1.0 / self.scale, self.scale, shared)
+        impl = "grouped_mm" if why is None else "grouped_bmm"
+        reason = "; ".join(filter(None, (state.kernels.get("triton_moe"), why))) if wanted else why
+        log.log(layer=self.layer_id, op="moe.experts", impl=impl, requested="triton" if wanted else "grouped_mm",
+                scope=f"{p}.routed", reason=reason)
+        return out

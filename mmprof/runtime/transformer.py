@@ -18,6 +18,7 @@ from .attention import Attention
 from .compiled import call
 from .config import Switches
 from .dispatch import DispatchLog
+from .kernels.support import KERNEL_SWITCHES, shape_unsupported, triton_unavailable
 from .kvcache import positions
 from .layers import GemmaRMSNorm, add_rms_norm, rms_norm, rope_table, swiglu_oai
 from .moe import MoE
@@ -36,7 +37,16 @@ class RunState:
     selection: torch.Tensor | None = None
     capture: dict[int, torch.Tensor] | None = None  # when set, every computed selection is kept (overlap)
     selected_by: dict[int, int] = field(default_factory=dict)
-    compiled: bool = False  # the compile rung's static decode step: region math through torch.compile
+    compiled: bool = False  # region math through torch.compile (the static decode step, or a compiled prefill)
+    static: bool = False  # the static decode step: a device-tensor position, attention over the whole capacity
+    # decode (one token): per requested kernel switch (kernels/support.py KERNEL_SWITCHES) None when its Triton
+    # kernels run in this forward, else why not (the PyTorch path runs and the dispatch row says so)
+    kernels: dict[str, str | None] = field(default_factory=dict)
+    pos_t: torch.Tensor | None = None  # the position as a [1] long device tensor, for the kernels
+
+    def kernel(self, switch: str) -> bool:
+        """True when `switch`'s Triton kernels run in this forward."""
+        return switch in self.kernels and self.kernels[switch] is None
 
     def should_compute_selection(self, layer: int) -> bool:
         return self.selection is None or self.sparse_ordinal[layer] % self.switches.block_reuse == 0
@@ -143,6 +153,18 @@ class Transformer(nn.Module):
             return cos.index_select(0, idx).to(self.dtype), sin.index_select(0, idx).to(self.dtype)
         return cos[pos:pos + t].to(self.dtype), sin[pos:pos + t].to(self.dtype)
 
+    def _decode_kernels(self, state: RunState, pos: int | torch.Tensor, t: int, device: torch.device) -> None:
+        """A one-token forward: which requested Triton kernel switches run (or why not), and the device position
+        they read (the static step's own tensor, else one made here)."""
+        if t != 1:
+            return
+        for name in KERNEL_SWITCHES:
+            if getattr(state.switches, name):
+                state.kernels[name] = (triton_unavailable(device)
+                                       or shape_unsupported(name, self.args, self.plan.moe_intermediate))
+        if any(v is None for v in state.kernels.values()):
+            state.pos_t = pos if state.static else torch.full((1,), pos, dtype=torch.long, device=device)
+
     def forward(self, tokens: torch.Tensor, pos: int | torch.Tensor, caches, last_only: bool = False,
                 capture: dict | None = None) -> torch.Tensor:
         """tokens [B, T] at positions pos..pos+T-1. `pos` is a Python int, or a [1] long device tensor for the
@@ -150,18 +172,20 @@ class Transformer(nn.Module):
         by index_copy_, attention and indexer over the whole cache capacity, masked) and nothing syncs."""
         b, t = tokens.shape
         static = isinstance(pos, torch.Tensor)
-        state = RunState(self.switches, self.dispatch, self._sparse_ord, capture=capture,
-                         compiled=static and self.switches.compile)
+        sw = self.switches
+        state = RunState(sw, self.dispatch, self._sparse_ord, capture=capture, static=static,
+                         compiled=(static and sw.compile) or (t > 1 and sw.compile_prefill))
+        self._decode_kernels(state, pos, t, tokens.device)
         with scope("embed"):
             x = self.embed(tokens)  # [B, T, H]
-        if state.compiled:  # the whole fp32 tables: the compiled norm_rope gathers its rows (attention.py)
-            cos, sin = self.rope_tables(caches[0].capacity)
+        if (state.compiled and static) or state.kernel("triton_norm_rope"):
+            cos, sin = self.rope_tables(caches[0].capacity)  # the whole fp32 tables: norm_rope reads its rows
         else:
             cos, sin = self.rope(pos, t, caches[0].capacity if static else 0)
         if state.compiled:
             # model-level row (layer -1): the step's region math ran through torch.compile (compiled.py)
-            self.dispatch.log(layer=-1, op="decode.compile", impl="inductor", requested="inductor",
-                              scope="mmprof.decode")
+            op, where = ("decode.compile", "mmprof.decode") if static else ("prefill.compile", "mmprof.prefill")
+            self.dispatch.log(layer=-1, op=op, impl="inductor", requested="inductor", scope=where)
             delta = None
             for layer, cache in zip(self.layers, caches):
                 x, delta = layer.forward_fused(x, delta, pos, cos, sin, cache, state)

@@ -140,3 +140,22 @@ def test_compile_rung_captures_and_matches_the_graph_rung_on_gpu():
                             longest_reduction(args, wl.prompt_len + wl.decode_steps))
     assert float((graphs.logits[0].float() - comp.logits[0].float()).abs().max()) <= tol
     assert_same_tokens_unless_near_tie(graphs, comp, tol)
+
+
+@pytest.mark.gpu
+def test_compiled_prefill_matches_the_eager_prefill_on_gpu():
+    """`compile_prefill` with Inductor's Triton kernels: the prefill's logits within the bf16 reordering bound of
+    the eager prefill's (tests/runtime/tolerance.py), one `prefill.compile` row."""
+    from tests.runtime.tolerance import assert_same_tokens_unless_near_tie, longest_reduction, reorder_tolerance
+
+    args = get_preset("tiny")
+    wl = Workload(batch=2, prompt_len=48, decode_steps=1, seed=2)
+    model = build_model(args, Switches(block_reuse=1), device="cuda", dtype=torch.bfloat16, seed=0)
+    eager = generate(model, wl, keep_logits=True)
+    model.set_switches(Switches(block_reuse=1, compile_prefill=True))
+    model.dispatch.clear()
+    comp = generate(model, wl, keep_logits=True)
+    tol = reorder_tolerance(torch.bfloat16, eager.logits[:1], args.n_layers, longest_reduction(args, wl.prompt_len))
+    assert float((eager.logits[0].float() - comp.logits[0].float()).abs().max()) <= tol
+    assert_same_tokens_unless_near_tie(eager, comp, tol)
+    assert [r.op for r in model.dispatch.records if r.op.endswith(".compile")] == ["prefill.compile"]

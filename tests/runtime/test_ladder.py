@@ -27,7 +27,7 @@ def test_ladder_quick_cpu(tmp_path, capsys):
     data = json.loads((tmp_path / "ladder.json").read_text())
     rows = data["rows"]
     assert [r["rung"] for r in rows] == [r for r, sw in ladder.RUNGS if not sw.get("graphs")]  # no graphs on CPU
-    assert {r for r, sw in ladder.RUNGS if sw.get("graphs")} == {"fused+graphs", "all+graphs", "all+compile"}
+    assert {r for r, sw in ladder.RUNGS if sw.get("graphs")} == {"fused+graphs", "all+graphs", "all+compile", "all+kernels"}
     assert rows[0]["dispatch"]["moe.experts"] == ["loop"] and rows[0]["dispatch"]["moe.shared"] == ["separate"]
     assert rows[2]["dispatch"]["moe.experts"] == ["grouped_mm"] and rows[2]["dispatch"]["moe.shared"] == ["fused"]
     assert rows[4]["dispatch"]["attn.indexer"] == ["computed", "reused"]
@@ -35,7 +35,7 @@ def test_ladder_quick_cpu(tmp_path, capsys):
     assert 0.0 <= rows[0]["overlap_mean_jaccard"] <= 1.0
     out = capsys.readouterr().out
     assert "goal 3.14x decode" in out
-    assert "skipping fused+graphs, all+graphs, all+compile: CUDA/HIP graphs need a GPU" in out
+    assert "skipping fused+graphs, all+graphs, all+compile, all+kernels: CUDA/HIP graphs need a GPU" in out
 
 
 def test_ladder_graph_functions_on_cpu():

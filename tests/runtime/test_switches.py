@@ -50,7 +50,8 @@ def _command():
 
 def test_new_switch_is_a_field_with_its_baseline_and_validation(new_rungs):
     names = [s.name for s in new_rungs.specs()]
-    assert names == ["moe_impl", "shared_expert", "block_reuse", "attention", "graphs", "compile", "early_exit", "kv_dtype"]
+    assert names == ["moe_impl", "shared_expert", "block_reuse", "attention", "graphs", "compile", "compile_prefill",
+                     "triton_norm_rope", "triton_attention", "triton_moe", "early_exit", "kv_dtype"]
     assert new_rungs().early_exit is False and new_rungs().kv_dtype == "bf16"  # the declared defaults
     base = new_rungs.baseline()
     assert (base.early_exit, base.kv_dtype) == (False, "fp32")  # the declared baseline values

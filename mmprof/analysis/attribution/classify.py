@@ -23,18 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-try:  # Python 3.11+
-    import re._constants as _sre_c  # type: ignore[import-not-found]
-    import re._parser as _sre_p  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - older Pythons
-    import sre_constants as _sre_c  # type: ignore[no-redef]
-    import sre_parse as _sre_p  # type: ignore[no-redef]
-
 from mmprof.analysis.attribution.name_grammar import parse
 from mmprof.analysis.attribution.name_vocab import Vocabulary, default_vocabulary
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
 from mmprof.names import function_name
+from mmprof.regex_safety import BoundedRegex, compile_bounded
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
 # Priority order of the built-in files: model-specific kernels first, generic keyword rules last.
@@ -103,7 +97,7 @@ class Rule:
     on: str = "name"  # name: search the whole kernel name; function: only its qualified function name
     source: str = "builtin"
     sources: tuple[str, ...] = ()  # the corpus sources the rule was written for (leave-one-source-out)
-    regex: re.Pattern = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    regex: BoundedRegex = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
 
     def apply(self, name: str, func: str | None = None) -> KernelClass | None:
         if self.on == "function":
@@ -188,47 +182,6 @@ class RuleSet:
         return len(self.rules)
 
 
-# regex safety: a repeat inside a repeat, like (a+)+, can backtrack exponentially (spec regexes and user rule
-# files are refused with such patterns; checks/selectors.py, read_rule_file)
-_REPEATS = {_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT, getattr(_sre_c, "POSSESSIVE_REPEAT", None)} - {None}
-
-
-def _children(op: Any, av: Any) -> list[Any]:
-    if op in _REPEATS:
-        return [av[2]]
-    if op == _sre_c.SUBPATTERN:
-        return [av[-1]]
-    if op == _sre_c.BRANCH:
-        return list(av[1])
-    if op in (_sre_c.ASSERT, _sre_c.ASSERT_NOT):
-        return [av[1]]
-    return []
-
-
-def _repeats(op: Any, av: Any) -> bool:
-    return op in _REPEATS and (av[1] is _sre_c.MAXREPEAT or av[1] > 1)
-
-
-def parse_regex(pattern: str) -> Any:
-    """The parse tree of a regex (Python's own parser), for `has_nested_repeat`; raises re.error."""
-    return _sre_p.parse(pattern)
-
-
-def has_nested_repeat(parsed: Any) -> bool:
-    """True when a repeat (max > 1) contains another one: `(a+)+`, `(a*)*`, `(?:x{1,}y?)+`."""
-    for op, av in parsed:
-        if _repeats(op, av) and _has_any_repeat(av[2]):
-            return True
-        if any(has_nested_repeat(c) for c in _children(op, av)):
-            return True
-    return False
-
-
-def _has_any_repeat(parsed: Any) -> bool:
-    return any(_repeats(op, av) or any(_has_any_repeat(c) for c in _children(op, av)) for op, av in parsed)
-
-
-
 def _parse_rules(doc: dict[str, Any], where: str) -> list[Rule]:
     raw = doc.get("rule", [])
     if not isinstance(raw, list):
@@ -256,10 +209,10 @@ def _parse_rules(doc: dict[str, Any], where: str) -> list[Rule]:
         on = r.get("on", "name")
         if on not in TARGETS:
             raise BadInput(f"{label}: on {on!r} must be one of {', '.join(TARGETS)}")
-        try:
-            rx = re.compile(r["pattern"], re.IGNORECASE if r.get("ignore_case") else 0)
-        except re.error as e:
-            raise BadInput(f"{label}: bad regex {r['pattern']!r} ({e})") from e
+        # RE2 (linear time) where the pattern allows, else Python's re for a shape that cannot backtrack; a user's
+        # and a built-in rule alike (mmprof.regex_safety)
+        rx = compile_bounded(r["pattern"], label, "pattern", ignore_case=bool(r.get("ignore_case")),
+                             max_chars=CLASSIFY_MAX_CHARS)
         rule = Rule(id=rid, pattern=r["pattern"], family=r["family"], variant=r.get("variant") or None,
                     library=r.get("library") or None, path=path, description=r.get("description", ""),
                     example=r.get("example"), ignore_case=bool(r.get("ignore_case")), on=on, source=where, regex=rx,
@@ -271,18 +224,11 @@ def _parse_rules(doc: dict[str, Any], where: str) -> list[Rule]:
 
 
 def read_rule_file(path: str | Path) -> list[Rule]:
-    """The rules of one TOML file. A user's file (not a built-in) may not nest a repeat inside a repeat: such a
-    pattern can take exponential time on one kernel name. (26 built-in patterns nest bounded ones; every rule
-    searches at most CLASSIFY_MAX_CHARS of a name, and benchmarks/long_names.py measures them.)"""
+    """The rules of one TOML file. Every pattern, a user's or a built-in, runs with a bound on its work
+    (`mmprof.regex_safety`: RE2, else a shape that cannot backtrack, else refused in one line)."""
     p = Path(path)
     doc = read_toml(p, "rules")
-    rules = _parse_rules(doc, str(p) if p.parent != RULES_DIR else p.name)
-    if p.parent != RULES_DIR:
-        for r in rules:
-            if has_nested_repeat(parse_regex(r.pattern)):
-                raise BadInput(f"{p}: rule {r.id}: regex {r.pattern[:60]!r} nests a repeat inside a repeat (like "
-                               "(a+)+), which can take exponential time; write it without the nesting")
-    return rules
+    return _parse_rules(doc, str(p) if p.parent != RULES_DIR else p.name)
 
 
 def builtin_rules() -> list[Rule]:

@@ -19,7 +19,6 @@ classify` and in its JSON; nothing is resolved silently. Inductor's generated ke
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -30,6 +29,7 @@ import numpy as np
 from mmprof.analysis.attribution.classify import UNKNOWN, RuleSet
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
+from mmprof.regex_safety import BoundedRegex, compile_bounded
 
 OP_EVIDENCE_FILE = Path(__file__).resolve().parents[2] / "rules" / "op_evidence.toml"
 EVIDENCE_KINDS = ("rule", "tokens", "op")
@@ -38,7 +38,7 @@ EVIDENCE_KINDS = ("rule", "tokens", "op")
 @dataclass(frozen=True)
 class OpRule:
     id: str
-    regex: re.Pattern
+    regex: BoundedRegex
     family: str
     description: str
 
@@ -68,10 +68,7 @@ def read_op_rules(path: Path = OP_EVIDENCE_FILE) -> list[OpRule]:
         if not isinstance(e, dict) or not isinstance(e.get("id"), str) or not isinstance(e.get("pattern"), str) \
                 or not isinstance(e.get("family"), str):
             raise BadInput(f"{where}: needs string `id`, `pattern` and `family`")
-        try:
-            rx = re.compile(e["pattern"])
-        except re.error as err:
-            raise BadInput(f"{where}: bad regex ({err})") from err
+        rx = compile_bounded(e["pattern"], where, "pattern")  # a bound on its work (mmprof.regex_safety)
         out.append(OpRule(e["id"], rx, e["family"], e.get("description", "")))
     return out
 

@@ -9,6 +9,15 @@ attention (scaled_dot_product_attention and its flash / efficient / cudnn / CPU 
 block-sparse attention through `sparse_attention_cost`), and elementwise / norm / softmax / reduction / copy ops.
 Bytes count each input read once and the output written once (the minimum traffic; caches can only lower the real
 figure, so intensities are lower bounds). An op not covered, or one with missing shapes, gives None: never a guess.
+
+Kernels torch.compile (Inductor) generates run under a CPU op of the kernel's own name whose inputs are the
+kernel's arguments (torch/_inductor/runtime/triton_heuristics.py: `_RecordFunctionFast(kernel_name, args)`).
+A pointwise or reduction kernel (`triton_poi_` / `triton_per_` / `triton_red_fused_*`) does a few operations per
+element it loads, far below any GPU's ridge point (H200 bf16: 206 FLOP/B), so it is memory-bound by its kind
+(`OpCost.bound`); its FLOPs are not counted. Its bytes are its tensor arguments' sizes (each read or written once,
+Inductor's own estimate, torch/_inductor/codegen/simd.py `estimate_kernel_num_bytes`), unless the fused ops its name
+lists read or write an argument in part (index, gather, scatter, embedding, slice, ...: a gathered table, a KV cache
+written at one position): then the bytes are unknown and the kernel gets its bound without an efficiency.
 """
 
 from __future__ import annotations
@@ -61,14 +70,24 @@ _COMM_RE = re.compile(r"^(c10d|gloo|nccl|rccl)::|all_?reduce|all_?gather|reduce_
                       r"^record_param_comms$", re.I)
 
 
+# Inductor's pointwise / reduction kernels by name (torch/_inductor/codegen/triton.py: `triton_{poi,per,red}_fused_`
+# + the fused ops + a counter), and the fused-op words after which an argument may be touched only in part
+INDUCTOR_KERNEL = re.compile(r"^triton_(?P<kind>poi|per|red)_fused(?:_(?P<ops>\w*?))?_\d+$")
+_PARTIAL_ACCESS = re.compile(r"(?:^|_)(?:index|gather|scatter|embedding|slice|select|narrow|as_strided|unfold|"
+                             r"diagonal|take|masked_select)(?:_|$)")
+
+
 @dataclass(frozen=True)
 class OpCost:
-    """Work of one op call. `dtype_class` picks the peak: 'bf16' (fp16/bf16), 'fp8' or 'fp32'."""
+    """Work of one op call. `dtype_class` picks the peak: 'bf16' (fp16/bf16), 'fp8' or 'fp32'. `bound` is set when
+    the op's kind fixes its bound without a FLOP count (Inductor's pointwise / reduction kernels: 'memory'); then
+    `flops` is NaN, and `bytes` too when the shapes do not bound them."""
 
     family: str
     flops: float
     bytes: float
     dtype_class: str | None
+    bound: str | None = None
 
     @property
     def intensity(self) -> float:
@@ -79,6 +98,9 @@ def op_family(name: str | None) -> str | None:
     """Family of a CPU op by name (the same vocabulary as kernel classification), None when unknown."""
     if not name:
         return None
+    m = INDUCTOR_KERNEL.match(name)
+    if m:
+        return "elementwise" if m["kind"] == "poi" else "reduction"
     if name in GEMM_OPS:
         return "gemm"
     if name in GROUPED_GEMM_OPS or FUSED_MOE_OPS.match(name):
@@ -303,12 +325,29 @@ def _cost_cached(name: str, dims: str, types: str) -> OpCost | None:
     return op_cost(name, d, t)
 
 
+def inductor_kernel_cost(name: str, ts: list) -> OpCost | None:
+    """An Inductor pointwise / reduction kernel's launch op (module docstring): memory-bound, with the bytes of its
+    tensor arguments unless its fused ops touch an argument in part."""
+    m = INDUCTOR_KERNEL.match(name)
+    present = [t for t in ts if t]
+    if m is None or not present:
+        return None
+    # a nameless kernel (`triton_poi_fused_1`) says nothing of its ops: no evidence that it reads every argument whole
+    partial = not m["ops"] or _PARTIAL_ACCESS.search(m["ops"])
+    by = math.nan if partial else float(sum(_numel(t[0]) * t[1] for t in present))
+    es = max(present, key=lambda t: _numel(t[0]))[1]
+    return OpCost(family="elementwise" if m["kind"] == "poi" else "reduction", flops=math.nan, bytes=by,
+                  dtype_class=_DTYPE_CLASS.get(es), bound="memory")
+
+
 def op_cost(name: str, dims: list, types: list, tokens_per_expert: list[int] | None = None) -> OpCost | None:
     """FLOPs and bytes of one call, or None when the op is not covered or its shapes are missing."""
     family = op_family(name)
     if family is None or family == "communication":
         return None
     ts = _tensors(dims, types)
+    if INDUCTOR_KERNEL.match(name):
+        return inductor_kernel_cost(name, ts)
     res = None
     if family == "gemm":
         res = _gemm(name, ts)

@@ -18,6 +18,7 @@ from typing import Any
 from mmprof.analysis.attribution.name_grammar import ParsedName, compounds
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
+from mmprof.regex_safety import BoundedRegex, compile_bounded
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
 TOKENS_FILE = RULES_DIR / "kernel_tokens.toml"
@@ -230,14 +231,9 @@ def _strings(v: Any, where: str, key: str) -> tuple[str, ...]:
     return tuple(v)
 
 
-def _regexes(v: Any, where: str, key: str) -> tuple[re.Pattern, ...]:
-    out = []
-    for s in _strings(v, where, key):
-        try:
-            out.append(re.compile(s))
-        except re.error as e:
-            raise BadInput(f"{where}: bad regex {s!r} in `{key}` ({e})") from e
-    return tuple(out)
+def _regexes(v: Any, where: str, key: str) -> tuple[BoundedRegex, ...]:
+    """The patterns of a vocabulary entry, each with a bound on its work (mmprof.regex_safety)."""
+    return tuple(compile_bounded(s, where, key) for s in _strings(v, where, key))
 
 
 def _entries(doc: dict, table: str, keys: set[str], path: Path) -> list[tuple[str, dict]]:

@@ -3,8 +3,10 @@
 A kernel's op is `kernels.op` (the innermost CPU op that launched it, carrying input shapes). When one op launched
 several kernels, the op's FLOPs and bytes are shared among them in proportion to duration, so every kernel of the
 op gets the op's arithmetic intensity and the op's achieved rate. The bound compares the intensity with the
-device's ridge point for the op's dtype (bf16/fp16, fp8, fp32). No shapes, an op not covered by
-`mmprof.analysis.attribution.flops`, or no device peak: the bound is unknown ("unattributed compute"), never guessed.
+device's ridge point for the op's dtype (bf16/fp16, fp8, fp32). An op whose kind fixes its bound (`OpCost.bound`:
+Inductor's pointwise and reduction kernels are memory-bound) gets that bound without a FLOP count, and an efficiency
+when its bytes are known. No shapes, an op not covered by `mmprof.analysis.attribution.flops`, or no device peak: the
+bound is unknown ("unattributed compute"), never guessed.
 
 Vectorised: FLOPs are computed once per distinct (op name, input_dims, input_types) and broadcast.
 """
@@ -91,9 +93,12 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
         u_fl = np.full(len(rows), np.nan)
         u_by = np.full(len(rows), np.nan)
         u_dc = np.full(len(rows), -1, dtype=np.int8)
+        u_mem = np.zeros(len(rows), dtype=bool)  # memory-bound by kind (no FLOP count)
         for j, r in enumerate(rows.tolist()):
             c = cost_from_text(profile.string(names[r]), profile.string(dims[r]), profile.string(types[r]))
-            if c is not None and c.bytes > 0:
+            if c is not None and c.bound == "memory":
+                u_mem[j], u_by[j] = True, c.bytes
+            elif c is not None and c.bytes > 0:
                 u_fl[j], u_by[j] = c.flops, c.bytes
                 u_dc[j] = _DTYPES.index(c.dtype_class) if c.dtype_class in _DTYPES else -1
         # share each op's work among its kernels by duration
@@ -112,6 +117,10 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
         flops[idx] = u_fl[inv] * share
         byts[idx] = u_by[inv] * share
         dcls[idx] = u_dc[inv]
+        mem_kind = np.zeros(n, dtype=bool)
+        mem_kind[idx] = u_mem[inv]
+    else:
+        mem_kind = np.zeros(n, dtype=bool)
     with np.errstate(divide="ignore", invalid="ignore"):
         intensity = flops / byts
         secs = dur_ns.astype(np.float64) * 1e-9
@@ -155,10 +164,32 @@ def event_roofline(profile, op_idx: np.ndarray, dur_ns: np.ndarray, rank: np.nda
                 eff[comp[rinv[comp] == i]] = np.nan
             if p.min_mem_bytes:
                 eff[mem[(rinv[mem] == i) & (byts[mem] < p.min_mem_bytes)]] = np.nan
+    _bound_by_kind(mem_kind, byts, ach_b, rank, peaks, bound, eff)
+    if len(ok) or mem_kind.any():
         over = np.isfinite(eff) & (eff > OVER_PEAK)
         if over.any():  # never silently: either the peak or the shape-based work estimate is off
             warnings.append(_over_peak(profile, op_idx, eff, over, peaks, rank, bound))
     return Roofline(flops, byts, intensity, bound, ach_f, ach_b, eff, peaks, warnings, notes)
+
+
+def _bound_by_kind(mem_kind: np.ndarray, byts: np.ndarray, ach_b: np.ndarray, rank: np.ndarray, peaks: dict,
+                   bound: np.ndarray, eff: np.ndarray) -> None:
+    """Events whose op is memory-bound by its kind: that bound where a device peak is known, and the efficiency
+    over the bandwidth roof where their bytes are known."""
+    for r, p in peaks.items():
+        if p is None:
+            continue
+        sel = np.flatnonzero(mem_kind & (rank == r))
+        if not len(sel):
+            continue
+        bound[sel] = BOUND_MEMORY
+        known = sel[np.isfinite(byts[sel])]
+        if len(known):
+            roof = p.mem_bytes_per_s(byts[known])
+            e = np.divide(ach_b[known], roof, out=np.full(len(known), np.nan), where=roof > 0)
+            if p.min_mem_bytes:
+                e[byts[known] < p.min_mem_bytes] = np.nan
+            eff[known] = e
 
 
 def _over_peak(profile, op_idx: np.ndarray, eff: np.ndarray, over: np.ndarray, peaks: dict, rank: np.ndarray,

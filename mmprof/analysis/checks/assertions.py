@@ -14,7 +14,7 @@ from mmprof.analysis.checks.context import (LABEL_SOURCE, MAX_EVIDENCE, CheckRes
                                             phases_present, ran_instead, region_mask, scoped, seen_regions,
                                             top_kernels)
 from mmprof.analysis.checks.registry import check, implementation
-from mmprof.analysis.checks.selectors import bounded_search
+from mmprof.analysis.checks.selectors import bounded_search, compile_bounded
 from mmprof.analysis.checks.spec import KINDS, Assertion, glob_mask, unique_map
 from mmprof.units import fmt_ns, fmt_ranges
 
@@ -319,7 +319,7 @@ def _forbid_pattern(a: Assertion, ctx: Context) -> CheckResult:
     ev = scoped(a, ctx.events) if (a.region or a.phase or a.layers is not None) else ctx.events
     if not len(ev):
         return result(a, "no_evidence", "no device events to search" + (f" in {'|'.join(a.region)}" if a.region else ""))
-    rx = re.compile(a.pattern)
+    rx = compile_bounded(a.pattern, a.id, "pattern")  # validated when the spec was read; bounded work
     bad = ev[unique_map(ev["name"], lambda s: bounded_search(rx, s))]
     if len(bad):
         return result(a, "fail", f"{len(bad)} events match /{a.pattern}/ ({fmt_ns(bad['dur_ns'].sum())}, "

@@ -12,6 +12,7 @@ from mmprof.analysis.checks.spec import Assertion, glob_mask
 from mmprof.errors import BadInput
 from mmprof.labels import region_pattern
 from mmprof.modelspec import ModelSpec
+from mmprof.names import display_name
 from mmprof.units import fmt_ns
 
 
@@ -76,7 +77,8 @@ def top_kernels(df: Any, n: int = 5) -> list[str]:
     if not len(df):
         return []
     g = df.groupby("name", sort=False)["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(n)
-    return [f"{name[:110]} x{int(r['count'])} ({fmt_ns(r['sum'])})" for name, r in g.iterrows()]
+    # display names (mmprof.names): a name cut by the profiler shows its readable prefix, never raw mangling
+    return [f"{display_name(str(name), 100)} x{int(r['count'])} ({fmt_ns(r['sum'])})" for name, r in g.iterrows()]
 
 
 def ran_instead(df: Any, n: int = 3) -> str:
@@ -88,7 +90,7 @@ def ran_instead(df: Any, n: int = 3) -> str:
     g = (d.groupby(["op_name", "family", "variant", "library"], dropna=False, observed=True)
          .agg(count=("dur_ns", "size"), time=("dur_ns", "sum"), name=("name", "first"))
          .sort_values("time", ascending=False).head(n))
-    return "; ".join(f"{'' if op == '-' else op + ' -> '}{fam}/{var} ({lib}) x{int(r['count'])}: {str(r['name'])[:60]}"
+    return "; ".join(f"{'' if op == '-' else op + ' -> '}{fam}/{var} ({lib}) x{int(r['count'])}: {display_name(str(r['name']), 60)}"
                      for (op, fam, var, lib), r in g.iterrows())
 
 

@@ -14,31 +14,26 @@ import fnmatch
 import re
 from typing import Any, Iterable
 
-from mmprof.analysis.attribution.classify import FAMILIES, PATHS, default_rules, has_nested_repeat, parse_regex
+from mmprof import regex_safety
+from mmprof.analysis.attribution.classify import FAMILIES, PATHS, default_rules
 from mmprof.errors import BadInput
 from mmprof.labels import roles
+from mmprof.regex_safety import BoundedRegex
 
-MAX_SEARCH_CHARS = 8192  # a spec regex sees at most this much of a name (kernel names are < 4 KB in every trace)
-def compile_bounded(pattern: str, where: str, key: str) -> re.Pattern:
-    """Compile a spec regex, refusing what could backtrack exponentially (a repeat inside a repeat) and
-    backreferences; a match then costs at most polynomial time on a name cut to MAX_SEARCH_CHARS."""
-    if len(pattern) > 1000:
-        raise BadInput(f"{where}: `{key}` regex is {len(pattern)} characters (at most 1000)")
-    try:
-        parsed = parse_regex(pattern)
-        rx = re.compile(pattern)
-    except (re.error, OverflowError, RecursionError) as e:
-        raise BadInput(f"{where}: bad `{key}` regex ({e})") from e
-    if has_nested_repeat(parsed):
-        raise BadInput(f"{where}: `{key}` regex {pattern[:60]!r} nests a repeat inside a repeat (like (a+)+), "
-                       "which can take exponential time; write it without the nesting")
-    if re.search(r"\\[1-9]|\(\?P=", pattern):
-        raise BadInput(f"{where}: `{key}` regex uses a backreference, which spec regexes do not allow")
-    return rx
+MAX_SEARCH_CHARS = regex_safety.MAX_CHARS  # a spec regex sees at most this much of a name (kernel names < 9 KB)
+MAX_SPEC_PATTERN_CHARS = 1000
 
 
-def bounded_search(rx: re.Pattern, s: str) -> bool:
-    return rx.search(s[:MAX_SEARCH_CHARS]) is not None
+def compile_bounded(pattern: str, where: str, key: str) -> BoundedRegex:
+    """A spec regex with a bound on its work (`mmprof.regex_safety`: RE2, else a shape that cannot backtrack;
+    anything else is refused in one line, whatever names the profile at hand holds)."""
+    if isinstance(pattern, str) and len(pattern) > MAX_SPEC_PATTERN_CHARS:
+        raise BadInput(f"{where}: `{key}` regex is {len(pattern)} characters (at most {MAX_SPEC_PATTERN_CHARS})")
+    return regex_safety.compile_bounded(pattern, where, key, max_chars=MAX_SEARCH_CHARS)
+
+
+def bounded_search(rx: BoundedRegex, s: str) -> bool:
+    return rx.search(s) is not None
 
 
 # ------------------------------------------------------------------------------------------------ names

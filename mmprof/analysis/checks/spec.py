@@ -113,7 +113,7 @@ class Selector:
             if globs:
                 m = m & glob_mask(df[col], globs, lower=True)
         if self.name:
-            rx = re.compile(self.name)
+            rx = compile_bounded(self.name, "spec", "name")  # validated when the spec was read (validate_assertion)
             m = m & unique_map(df["name"], lambda s: bounded_search(rx, s))
         return m
 

@@ -205,25 +205,27 @@ def _top_kernels(profile, ev: EventFrame, m: np.ndarray, n: int = TOP_KERNELS) -
                        "by": np.nan_to_num(roof.bytes[idx]), "c": (b == BOUND_COMPUTE) * dur,
                        "mem": (b == BOUND_MEMORY) * dur, "comm": (cat == CAT_COMM) * dur,
                        "cp": (cat == CAT_MEMCPY) * dur, "eff": eff, "has": (b >= 0) * dur,
-                       "has_eff": np.isfinite(e) * dur, "i": idx})
+                       "has_eff": np.isfinite(e) * dur, "has_fl": np.isfinite(roof.flops[idx]) * dur,
+                       "has_by": np.isfinite(roof.bytes[idx]) * dur, "i": idx})
     g = df.groupby("name").agg(dur=("dur", "sum"), n=("dur", "size"), fl=("fl", "sum"), by=("by", "sum"),
                                c=("c", "sum"), mem=("mem", "sum"), comm=("comm", "sum"), cp=("cp", "sum"),
                                eff=("eff", "sum"), has=("has", "sum"), has_eff=("has_eff", "sum"),
-                               i=("i", "first"))
+                               has_fl=("has_fl", "sum"), has_by=("has_by", "sum"), i=("i", "first"))
     total = float(dur.sum())
     out = []
     for name, r in g.sort_values("dur", ascending=False).head(n).iterrows():
         shares = {"compute": r["c"], "memory": r["mem"], "communication": r["comm"], "memcpy": r["cp"]}
         bound = max(shares, key=shares.get) if max(shares.values()) > 0 else "unknown"
         secs = r["dur"] * 1e-9
-        has = r["has"] > 0
+        # a bound may come without a FLOP count (Inductor's kernels: memory-bound by kind) or bytes: say "-", not 0
+        fl_ok, by_ok = r["has"] > 0 and r["has_fl"] > 0, r["has"] > 0 and r["has_by"] > 0
         out.append(KernelRow(profile.string(int(name)) or "?", str(ev.family[int(r["i"])]),
                              str(ev.variant[int(r["i"])]), int(r["n"]), int(r["dur"]),
                              float(r["dur"] / total) if total else 0.0, bound,
                              float(r["eff"] / r["has_eff"]) if r["has_eff"] > 0 else None,
-                             float(r["fl"] / secs / 1e12) if has and secs else None,
-                             float(r["by"] / secs / 1e12) if has and secs else None,
-                             float(r["fl"] / r["by"]) if has and r["by"] > 0 else None))
+                             float(r["fl"] / secs / 1e12) if fl_ok and secs else None,
+                             float(r["by"] / secs / 1e12) if by_ok and secs else None,
+                             float(r["fl"] / r["by"]) if fl_ok and by_ok and r["by"] > 0 else None))
     return out
 
 

@@ -110,8 +110,10 @@ def capture_live(model: str, tp: int, ep: int = 1, device: str = "cpu", batch: i
             raise CaptureUnavailable(f"--live --device cuda --tp {tp} needs {tp} GPUs; "
                                      f"{torch.cuda.device_count()} visible")
     if device == "cpu" and weight_bytes_per_rank is not None and weight_bytes_per_rank > CPU_LIVE_LIMIT_BYTES:
-        raise BadInput(f"live run of {model} on CPU needs {weight_bytes_per_rank / 2**30:.1f} GiB of weights per rank; "
-                       "use --model tiny (or small) on CPU, or --device cuda")
+        other = "--model tiny, " if model != "tiny" else ""  # never advise the model that was just refused
+        raise BadInput(f"live run of {model} on CPU needs {weight_bytes_per_rank / 2**30:.1f} GiB of weights per rank, "
+                       f"more than the {CPU_LIVE_LIMIT_BYTES / 2**30:.0f} GiB a CPU run allows; use {other}a larger "
+                       "--tp, or --device cuda")
     payload = {"model": model, "ep": ep, "batch": batch, "prompt_len": prompt_len, "decode_steps": decode_steps}
     with tempfile.TemporaryDirectory(prefix="mmprof-shapes-") as tmp:
         try:
