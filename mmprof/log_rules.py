@@ -23,6 +23,8 @@ from typing import Any
 
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
+from mmprof.log_text import MAX_LINE_CHARS
+from mmprof.regex_safety import BoundedRegex, compile_bounded
 
 LOG_RULES_FILE = Path(__file__).resolve().parent / "rules" / "logs.toml"
 KINDS = {
@@ -45,7 +47,7 @@ _FACT_KEYS = {"id", "engine", "formats", "kind", "subject", "contains", "pattern
 class LineFormat:
     id: str
     engine: str
-    rx: re.Pattern
+    rx: BoundedRegex
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class FactRule:
     engine: str
     kind: str
     subject: str
-    rx: re.Pattern
+    rx: BoundedRegex
     contains: str
     value: str | None            # a group name or a {group} template; None: the group "value"
     says: str
@@ -67,13 +69,13 @@ class FactRule:
     name: str | None = None      # regex on the kernel names the fact concerns
     fallback: bool = False
     forced: bool = False         # the user asked for it (--attention-backend): not the engine's own choice
-    where: re.Pattern | None = None  # regex the line's source location must match (fused_moe.py:1108)
+    where: BoundedRegex | None = None  # regex the line's source location must match (fused_moe.py:1108)
 
     @property
     def is_fallback(self) -> bool:
         return self.fallback or self.kind in FALLBACK_KINDS
 
-    def value_of(self, m: re.Match) -> str:
+    def value_of(self, m: Any) -> str:
         groups = {k: ("-" if v is None else v) for k, v in m.groupdict().items()}
         if self.value is None:
             v = m.groupdict().get("value")
@@ -90,7 +92,7 @@ class BackendKernels:
     subject: str
     values: tuple[str, ...]
     library: tuple[str, ...]
-    name: re.Pattern | None
+    name: BoundedRegex | None
     source: str
 
 
@@ -107,7 +109,7 @@ class ParsedLine:
 
 @dataclass
 class LogRules:
-    prefixes: list[re.Pattern]
+    prefixes: list[BoundedRegex]
     formats: list[LineFormat]
     facts: list[FactRule]
     backends: list[BackendKernels]
@@ -209,13 +211,10 @@ def _fill(template: str, groups: dict[str, Any]) -> str:
     return re.sub(r"\{(\w+)\}", lambda m: str(groups.get(m.group(1), "-")), template)
 
 
-def _compile(pattern: Any, where: str) -> re.Pattern:
-    if not isinstance(pattern, str) or not pattern:
-        raise BadInput(f"{where}: `pattern` must be a non-empty regex")
-    try:
-        return re.compile(pattern)
-    except re.error as e:
-        raise BadInput(f"{where}: bad pattern ({e})") from None
+def _compile(pattern: Any, where: str) -> BoundedRegex:
+    """A rule's regex on the bounded engines (regex_safety: RE2 where it takes it, else `re` only for shapes that
+    cannot backtrack), seeing a whole kept line (log_text cuts longer ones)."""
+    return compile_bounded(pattern, where, "pattern", max_chars=MAX_LINE_CHARS + 64)
 
 
 def _strs(v: Any, where: str, key: str) -> tuple[str, ...]:
@@ -243,7 +242,7 @@ def parse_log_rules(doc: dict[str, Any], source: str) -> LogRules:
     for raw in doc.get("format", []):
         w = f"{source}: format {raw.get('id')}"
         rx = _compile(raw.get("pattern"), w)
-        if "message" not in rx.groupindex:
+        if "message" not in rx.regex.groupindex:
             raise BadInput(f"{w}: the pattern needs a (?P<message>...) group")
         if raw.get("example") is not None and not rx.match(raw["example"]):
             raise BadInput(f"{w}: its example does not match")
@@ -295,7 +294,7 @@ def _fact(raw: dict[str, Any], source: str, seen: set[str], known_formats: set[s
                     families=_strs(raw.get("families"), w, "families"), name=name,
                     fallback=bool(raw.get("fallback", False)), forced=bool(raw.get("forced", False)),
                     where=_compile(raw["where"], w + " where") if raw.get("where") is not None else None)
-    if rule.value is None and "value" not in rx.groupindex:
+    if rule.value is None and "value" not in rx.regex.groupindex:
         raise BadInput(f"{w}: no (?P<value>...) group and no `value`")
     ex = raw.get("example")
     if not isinstance(ex, str):

@@ -215,7 +215,10 @@ BAD = [
     ({"fact": [{"id": "x", "engine": "e", "kind": "nope", "subject": "s", "says": "s", "source": "s",
                 "pattern": "a", "value": "v", "example": "a"}]}, "`kind` must be one of"),
     ({"fact": [{"id": "x", "engine": "e", "kind": "backend", "subject": "s", "says": "s", "source": "s",
-                "pattern": "a(", "value": "v", "example": "a"}]}, "bad pattern"),
+                "pattern": "a(", "value": "v", "example": "a"}]}, "bad regex 'a('"),
+    # the rules' regexes run on regex_safety's bounded engines: a shape RE2 refuses and `re` could backtrack on
+    ({"fact": [{"id": "x", "engine": "e", "kind": "backend", "subject": "s", "says": "s", "source": "s",
+                "pattern": "(a+)+\\1", "value": "v", "example": "aa"}]}, "exponential or high-polynomial time"),
     ({"fact": [{"id": "x", "engine": "e", "kind": "backend", "subject": "s", "says": "s", "source": "s",
                 "pattern": "abc", "value": "v", "example": "xyz"}]}, "does not match"),
     ({"fact": [{"id": "x", "engine": "e", "kind": "backend", "subject": "s", "says": "s", "source": "s",

@@ -24,6 +24,7 @@ import pandas as pd
 from mmprof.analysis.logs.facts import FactGroup, LogFacts, log_facts
 from mmprof.log_rules import LogRules, load_log_rules
 from mmprof.names import display_name
+from mmprof.regex_safety import compile_bounded
 from mmprof.units import fmt_ns
 
 AGREE_SHARE = 0.5  # below this share of the concerned time, the backend's kernels ran only partly: said
@@ -89,7 +90,7 @@ def _glob_mask(values: Any, globs: tuple[str, ...]) -> np.ndarray:
     return lut[np.where(codes < 0, len(uniq), codes)]
 
 
-def _name_mask(values: Any, rx: re.Pattern) -> np.ndarray:
+def _name_mask(values: Any, rx: Any) -> np.ndarray:
     vals = pd.Series(values, dtype=object)
     codes, uniq = pd.factorize(vals, use_na_sentinel=True)
     lut = np.array([bool(rx.search(str(u))) for u in uniq] + [False], dtype=bool)
@@ -130,7 +131,7 @@ def select(group: FactGroup, events: pd.DataFrame) -> tuple[pd.DataFrame, str, s
         m &= _glob_mask(events["family"], r.families)
         words.append(f"family {'|'.join(r.families)}")
     if r.name:
-        m &= _name_mask(events["name"], re.compile(r.name))
+        m &= _name_mask(events["name"], compile_bounded(r.name, f"log rule {r.id}", "name"))
         words.append(f"name ~ /{r.name}/")
     ranks = group.ranks
     if ranks and len(events):
