@@ -126,3 +126,19 @@ def test_the_logs_keep_no_path_of_the_recording_machine():
         text = p.read_text()
         assert "/work/" not in text and "/tmp/" not in text, p.name
         json.dumps(text)  # plain text
+
+
+def test_mla_backends_are_judged_by_flashattention_kernels():
+    # DeepSeek-V2-Lite on the H200 ran these two FlashAttention 3 kernels for FLASH_ATTN_MLA (its trace, counted in
+    # benchmarks/log_families.py); vLLM's flashattn_mla.py:36 imports the same flash_attn_varlen_func as FLASH_ATTN.
+    # Before the entry, verify-fastpath said "not judged" for the backend of four DeepSeek runs.
+    from mmprof.log_rules import load_log_rules
+
+    rules = load_log_rules()
+    ran = ["void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloop",
+           "void cutlass::device_kernel<flash::FlashAttnFwdCombine<cute::tuple<cute::C<8>, cute::C<128>>>"]
+    for subject, value in [("attention", "FLASH_ATTN_MLA"), ("attention.prefill", "FLASH_ATTN")]:
+        b = rules.backend_kernels(subject, value)
+        assert b is not None and b.library == ("FlashAttention",)
+        assert all(b.name.search(k) for k in ran)
+        assert not b.name.search("kernel_unified_attention_2d")  # Triton's would be another backend's
