@@ -62,6 +62,7 @@ def model_config(case_dir: Path, model: str, dirs: list[Path]) -> dict | None:
 
 
 def moe_shape(cfg: dict, tp: int) -> tuple[int, int] | None:
+    cfg = {**cfg, **(cfg.get("text_config") or {})}  # MiniMax M3 nests the language model's config
     e = cfg.get("num_experts") or cfg.get("n_routed_experts") or cfg.get("num_local_experts")
     n = cfg.get("moe_intermediate_size") or (cfg.get("intermediate_size") if cfg.get("num_local_experts") else None)
     return (int(e), int(n) // tp) if e and n else None
