@@ -3,7 +3,7 @@ truth that does not come from the log: summary.json (the engine args given and v
 the engine object after start-up), the model's config.json with vLLM's own fused-MoE config directory (is there a
 tuned config for this E, N on an H200?), and the kernels in the trace (counted from the raw JSON here).
 
-    python benchmarks/log_families.py FAMILIES_DIR [--site VLLM_SITE] [--configs DIR ...]
+    python benchmarks/log_families.py FAMILIES_DIR --site VLLM_SITE [--configs DIR ...]
 
 FAMILIES_DIR holds one folder per case with log.txt, summary.json and trace.pt.trace.json.gz. One JSON line per
 case (items right / wrong / missed), then one per split (the tune and held sets of the recording's README: never
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -140,7 +141,8 @@ def score(case_dir: Path, site: Path, cfg_dirs: list[Path]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("families")
-    ap.add_argument("--site", default="/tmp/kit/site/vllm", help="vLLM 0.26's package directory (its MoE configs)")
+    ap.add_argument("--site", default=os.environ.get("MMPROF_VLLM_SITE"), required="MMPROF_VLLM_SITE" not in os.environ,
+                    help="vLLM 0.26's package directory, for its fused_moe/configs (default: $MMPROF_VLLM_SITE)")
     ap.add_argument("--configs", nargs="*", default=[str(ROOT / "benchmarks/h200/vllm_configs")],
                     help="folders holding each case's model folder (config.json)")
     a = ap.parse_args()
