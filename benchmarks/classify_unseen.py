@@ -31,9 +31,11 @@ from mmprof.analysis.attribution.classify import (BUILTIN_FILES, LIBRARY_PLATFOR
                                                   default_rules, read_rule_file)
 
 CORPORA = {"seen": ROOT / "tests" / "data" / "kernel_corpus" / "corpus.tsv",
-           "unseen": ROOT / "tests" / "data" / "kernel_corpus_unseen" / "corpus.tsv"}
+           "unseen": ROOT / "tests" / "data" / "kernel_corpus_unseen" / "corpus.tsv",
+           "families": ROOT / "tests" / "data" / "kernel_corpus_families" / "corpus.tsv"}
 # source column prefix -> source key (the `sources` tags of the rules use these keys)
-SOURCE_KEYS = (("trace:samples/vllm", "vllm-traces"), ("wheel:vllm-", "vllm"), ("wheel:sgl-kernel", "sgl-kernel"),
+SOURCE_KEYS = (("trace:samples/vllm", "vllm-traces"), ("trace:gpu2/families", "vllm-families"),
+               ("wheel:vllm-", "vllm"), ("wheel:sgl-kernel", "sgl-kernel"),
                ("wheel:flashinfer", "flashinfer"), ("wheel:amd-aiter", "aiter"),
                ("wheel:fbgemm_gpu_genai", "fbgemm_genai"), ("wheel:fbgemm_gpu", "fbgemm"),
                ("wheel:bitsandbytes", "bitsandbytes"), ("wheel:sglang", "sglang"),
@@ -144,15 +146,18 @@ def trace_unknown(rules: RuleSet) -> list[dict]:
 
 def measure(rules: RuleSet | None = None, traces: bool = False) -> dict:
     rules = rules or default_rules()
-    seen, unseen = corpus("seen"), corpus("unseen")
+    seen, unseen, fam = corpus("seen"), corpus("unseen"), corpus("families")
+    fam_tune = [r for r in fam if r.split == "tune"]
     res = {"seen": score(seen, rules),
+           "families_tune": score(fam_tune, rules),
+           "families_heldout": score([r for r in fam if r.split == "heldout"], rules),
            "unseen_tune": score([r for r in unseen if r.split == "tune"], rules),
            "unseen_heldout": score([r for r in unseen if r.split == "heldout"], rules),
            "unseen": score(unseen, rules),
-           "loso": loso(seen + [r for r in unseen if r.split == "tune"], rules),
+           "loso": loso(seen + [r for r in unseen if r.split == "tune"] + fam_tune, rules),
            "heldout_by_source": {k: score(v, rules) for k, v in sorted(
                {r.key: [x for x in unseen if x.key == r.key] for r in unseen if r.split == "heldout"}.items())},
-           "single_name_rules": single_name_rules(seen + unseen, rules)}
+           "single_name_rules": single_name_rules(seen + unseen + fam, rules)}
     res["loso_all"] = score([], rules) if False else _pool(res["loso"])
     if traces:
         res["traces"] = trace_unknown(rules)
@@ -177,7 +182,7 @@ def main(argv: list[str]) -> None:
     if "--json" in argv:
         print(json.dumps(res, indent=1))
         return
-    for k in ("seen", "unseen_tune", "unseen_heldout", "unseen", "loso_all"):
+    for k in ("seen", "unseen_tune", "unseen_heldout", "unseen", "families_tune", "families_heldout", "loso_all"):
         d = {x: y for x, y in res[k].items() if x != "misses"}
         print(json.dumps({"bench": "classify_unseen", "set": k, **d}))
     for k, v in res["loso"].items():

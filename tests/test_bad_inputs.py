@@ -199,6 +199,11 @@ def test_every_shape_of_element_is_counted_against_the_event_limit(shape, bare, 
 
 @pytest.mark.parametrize("doc, needle", [
     (b'{"traceEvents":[],"deviceProperties":[' + b",".join([b"[]"] * 600_000) + b"]}", "header field 'deviceProperties'"),
+    # before the array, in Kineto's own order: the streaming reader refuses it while reading the head (a 64 MiB
+    # one exited 0 at 1.8 GiB before: benchmarks/bomb_memory.py kineto_header_array)
+    (b'{"schemaVersion":1,"deviceProperties":[' + b",".join([b"[]"] * 600_000) + b'],"traceEvents":[]}',
+     "header field 'deviceProperties'"),
+    (b'{"traceName":"' + b"a" * 1_100_000 + b'","traceEvents":[]}', "header field 'traceName'"),
     (b'{"traceEvents":7}', '"traceEvents" is a number'),
     (b'{"traceEvents":{"a":1}}', '"traceEvents" is an object'),
     (b'{"x":1}', 'without "traceEvents"'),
@@ -208,6 +213,65 @@ def test_header_and_container_shapes_are_refused_before_decoding(doc, needle, tm
     f.write_bytes(gzip.compress(doc))
     code, _, err = _cli(["import", "--format", "kineto", f, "-o", tmp_path / "o.json"], capsys)
     assert code == 2 and needle in _one_error(err)
+
+
+def test_streaming_import_counts_elements_without_ph_against_the_density_bound(tmp_path, capsys, monkeypatch):
+    """`{"ts":1}` elements carry no "ph" key, so the byte counter never sees them: the streaming import read 20M
+    of them and exited 0 with an empty profile (benchmarks/bomb_memory.py kineto_events_without_ph). The decoded
+    elements now count against the events-per-compressed-byte bound as they are decoded."""
+    monkeypatch.delenv("MMPROF_MAX_EVENTS", raising=False)
+    from mmprof import fileio
+
+    n = 2 * fileio.EVENTS_DENSITY_FLOOR + 1000
+    f = tmp_path / "t.json.gz"
+    f.write_bytes(gzip.compress(b'{"traceEvents":[' + b",".join([b'{"ts":1}'] * n) + b"]}", 9))
+    code, _, err = _cli(["import", "--format", "kineto", f, "-o", tmp_path / "o.json"], capsys)
+    assert code == 2 and "per compressed byte" in _one_error(err)
+    assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("item", [b"1", b"[]", b'"a"'])
+def test_streaming_reader_hands_bare_values_to_the_counting_path(item, monkeypatch):
+    """`{"traceEvents":[1,1,...]}` has no `},{` between its elements: the streaming reader once decoded all of it
+    as one piece (4.1 GiB for 128 MiB of JSON, benchmarks/bomb_memory.py kineto_bare_ints); past NO_BOUND_LIMIT of
+    such text it now gives the document to the whole-document path, which counts elements in windows."""
+    from mmprof.importers import _kineto_stream as ks
+
+    monkeypatch.setattr(ks, "PIECE_BYTES", 1024)
+    monkeypatch.setattr(ks, "NO_BOUND_LIMIT", 8 * 1024)
+    body = b'{"traceEvents":[' + b",".join([item] * 20_000) + b"]}"
+    chunks = [body[i:i + 4096] for i in range(0, len(body), 4096)]
+    out = list(ks.pieces(iter(chunks)))
+    assert out[-1] == ("fallback", b"")
+    assert all(len(d) <= 16 * 1024 for k, d in out if k == "head")
+    # a real-shaped array of the same size is cut into pieces, never handed over
+    events = b'{"traceEvents":[' + b",".join([b'{"ph":"X","ts":1}'] * 5_000) + b"]}"
+    kinds = [k for k, _ in ks.pieces(iter([events[i:i + 4096] for i in range(0, len(events), 4096)]))]
+    assert kinds[0] == "head" and kinds[-1] == "tail" and kinds.count("events") > 5
+
+
+def test_head_scan_finds_the_event_array_whatever_the_chunking():
+    """The streaming reader's head scan (mmprof.importers._kineto_stream._HeadScan) fed a real trace's head in
+    chunks of 1-7 bytes finds the same offset as fed the whole head at once; strings holding brackets, braces,
+    escaped quotes and a "traceEvents" value are skipped whole."""
+    import random
+
+    from mmprof.importers._kineto_stream import _HeadScan
+
+    head = (b' {"schemaVersion": 1, "note": "a [ { \\" ] } \\\\", "deviceProperties": [{"id": 0, "name": "H200"}],'
+            b' "distributedInfo": {"rank": 3}, "x": "traceEvents", "traceEvents"  :  [ {"ph": "X"}]}')
+    want = _HeadScan("t").feed(head)
+    assert want[0] == "object" and head[want[1] - 1:want[1]] == b"[" and head[:want[1]].endswith(b":  [")
+    rng = random.Random(0)
+    for _ in range(50):
+        scan, buf, got = _HeadScan("t"), bytearray(), ("more", 0)
+        i = 0
+        while got[0] == "more" and i < len(head):
+            n = rng.randint(1, 7)
+            buf += head[i:i + n]
+            i += n
+            got = scan.feed(buf)
+        assert got == want
 
 
 def test_whole_document_json_is_refused_past_its_values_bound(tmp_path, capsys):

@@ -332,7 +332,10 @@ def test_a_user_rule_that_nests_repeats_is_bounded(tmp_path, monkeypatch):
     # kernel; `torch.index`'s `index_put` keyword claimed it as a PyTorch gather/scatter kernel before
     ("triton_poi_fused_add_arange_index_put_slice_transpose_view_7", "elementwise", "inductor_pointwise"),
     ("triton_poi_fused_index_add_scatter_add_0", "elementwise", "inductor_pointwise"),
-    ("triton_per_fused_add_fused_add_rms_norm_1", "reduction", "inductor_reduction"),
+    # a fused norm op is the kernel's own work (kernels_inductor.toml triton.inductor.norm): vLLM's fused_add_rms_norm
+    ("triton_per_fused_add_fused_add_rms_norm_1", "norm", "inductor_reduction"),
+    ("triton_per_fused_fused_add_rms_norm_moe_forward_0", "norm", "inductor_reduction"),   # not the MoE op beside it
+    ("triton_poi_fused_mul_silu_slice_0", "activation", "inductor_pointwise"),             # SiluAndMul, native form
     ("triton_red_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0", "reduction", "inductor_reduction"),
     ("triton_tem_fused_mm_0", "gemm", "inductor_template"),
     ("cpp_fused_index_put_0", "elementwise", "inductor_cpp"),

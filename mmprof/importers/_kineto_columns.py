@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from mmprof.fileio import check_events, iter_bytes
+from mmprof.fileio import check_density, check_events, iter_bytes
 from mmprof.importers import _kineto_stream as ks
 from mmprof.importers._kineto_rank import (
     ANN_CATS,
@@ -80,16 +80,30 @@ class Table:
         return Table(cols)
 
     @staticmethod
-    def concat(tables: list["Table"]) -> "Table":
+    def concat(tables: list["Table"], consume: bool = False) -> "Table":
+        """The tables' rows in order; `consume`: the parts are emptied as their columns are copied."""
         tables = [t for t in tables if t.n]
         if not tables:
             return Table.empty()
+        if len(tables) == 1:  # one part: its arrays as they are (nothing writes into a Table's columns)
+            return tables[0] if consume else Table(dict(tables[0].c), dict(tables[0].coll))
         keys = [k for k in tables[0].c if all(k in t.c for t in tables)]
         coll, off = {}, 0
         for t in tables:
             coll.update({r + off: a for r, a in t.coll.items()})
             off += t.n
-        return Table({k: np.concatenate([t.c[k] for t in tables]) for k in keys}, coll)
+        if not consume:
+            return Table({k: np.concatenate([t.c[k] for t in tables]) for k in keys}, coll)
+        # column by column, each part's column freed once it is copied: the parts and the whole never both exist
+        cols = {}
+        for k in keys:
+            cols[k] = np.concatenate([t.c[k] for t in tables])
+            for t in tables:
+                del t.c[k]
+        for t in tables:
+            t.c.clear()
+        release_memory()  # the parts are small heap blocks: their pages go back only when trimmed
+        return Table(cols, coll)
 
 
 class Gathered:
@@ -132,7 +146,7 @@ class Gathered:
     def table(self, kind: str) -> Table:
         """The kind's rows in the order RankImporter's `pick` gives: by category (in this process's set order),
         then file order."""
-        t = Table.concat(self.chunks.pop(kind))
+        t = Table.concat(self.chunks.pop(kind), consume=True)
         if not t.n:
             return t
         rank = {c: i for i, c in enumerate(SETS[kind])}
@@ -202,14 +216,21 @@ class ColumnRankImporter(RankImporter):
                 [p for c in RUNTIME_CATS for p in g.first_pids.get(c, [])][:1000]
         self.pids = {p for p in first if p is not None}
         self._ops_t(g.table("op"))
+        release_memory()
         self._scopes_t(g.table("ann"), g.table("gpu_ann"), g.table("module"))
+        release_memory()
         scope, path, phase, step = self._scope_cols(self.ann.enclosing(self.op_lane, self.op_start))
         phase, step = self._by_time(phase, step, self.op_start)
         c = self.builder.cols["ops"]
         c["scope"], c["scope_path"], c["phase"], c["step"] = scope, path, phase, step
         release_memory()
         self._launches_t(g.table("runtime"))
+        self.no_comm = not self._comm_evidence()
+        if self.no_comm:  # nothing for _kineto_comm to read: the op and annotation nesting go before the kernels
+            self.op_nest = self.ann = self.op_lane = self.ann_lane = self.op_end = self.ann_end = None
+        release_memory()
         self._kernels_t(g.table("kernel"))
+        release_memory()
         mc, ms = g.table("memcpy"), g.table("memset")
         mc.c["kind"] = np.zeros(mc.n, np.int8)
         ms.c["kind"] = np.ones(ms.n, np.int8)
@@ -288,7 +309,7 @@ class ColumnRankImporter(RankImporter):
     def _raw_ids(self, codes: np.ndarray, cache: dict) -> np.ndarray:
         """String ids of shape texts (the op's Input Dims / Input type JSON, stripped), in appearance order."""
         sid, raws = self.st.id, self.g.raws.values
-        out = np.full(len(codes), -1, np.int64)
+        out = np.full(len(codes), -1, np.int32)  # string ids: the Profile's int32 (no wider copy held)
         if not len(codes):
             return out
         u, first, inv = np.unique(codes, return_index=True, return_inverse=True)
@@ -301,7 +322,7 @@ class ColumnRankImporter(RankImporter):
             if i is None:
                 i = cache[c] = sid(raws[c].decode("utf-8", "replace").strip())
             ids[j] = i
-        return ids[inv]
+        return ids[inv].astype(np.int32)
 
     def _str_list(self, codes: np.ndarray) -> list:
         return [self.g.name_str(c) for c in codes.tolist()]
@@ -310,9 +331,10 @@ class ColumnRankImporter(RankImporter):
     def _ops_t(self, t: Table) -> None:
         t, start, dur = self._timed_t(t, "cpu_op")
         self.op_t = t
-        self.op_start, self.op_end = start, start + dur
+        end = start + dur  # one array for the ends (the nesting reads them, never writes)
+        self.op_start, self.op_end = start, end
         self.op_lane = self._lane_arrays(t.c["pid"], t.c["tid"])
-        self.op_nest = Lanes(self.op_lane, start, start + dur)
+        self.op_nest = Lanes(self.op_lane, start, end)
         ext = t.c["ext"]
         self.op_ext = ext
         valid = np.flatnonzero(ext > 0)
@@ -364,19 +386,24 @@ class ColumnRankImporter(RankImporter):
                 cols["src"] = np.full(part.n, j, np.int8)
             parts.append(Table(cols) if part.n else Table.empty())
         cpu = Table.concat(parts)
+        del anns, steps, modules, part, parts
         if cpu.n:  # the Struct path sorts by the raw ts (None as 0), stably, before _timed
-            cpu = cpu.take(np.argsort(np.where(cpu.c["ts_none"], 0.0, cpu.c["ts"]), kind="stable"))
+            key = np.where(cpu.c["ts_none"], 0.0, cpu.c["ts"])
+            if not (key[1:] >= key[:-1]).all():  # (a stable sort of sorted keys is no move: no copy then)
+                cpu = cpu.take(np.argsort(key, kind="stable"))
+            del key
         t, start, dur = self._timed_t(cpu, "user_annotation")
         self.ann_t = t
         lane = self._lane_arrays(t.c["pid"], t.c["tid"])
-        self.ann = Lanes(lane, start, start + dur)
-        self.ann_start, self.ann_end, self.ann_lane = start, start + dur, lane
+        end = start + dur
+        self.ann = Lanes(lane, start, end)
+        self.ann_start, self.ann_end, self.ann_lane = start, end, lane
         names = [x if x is not None else "None" for x in self._str_list(t.c["name"])]
         from mmprof.labels import step_values
 
-        steps_v = step_values(names, start.tolist())
+        steps_v = step_values(names, start)  # the array: a list of 8-byte ints per annotation is not needed
         self.ann_name, self.ann_path, self.ann_phase, self.ann_step = self._propagate(self.ann, names, steps_v)
-        self.step_win, self.phase_win = self._windows(names, start, start + dur, steps_v)
+        self.step_win, self.phase_win = self._windows(names, start, end, steps_v)
         self.ann_names = names
         self.ann_events = _Rows(t.n, self._ann_event)
         n = t.n
@@ -419,9 +446,11 @@ class ColumnRankImporter(RankImporter):
             good = np.zeros(len(op), bool)
         op = np.where(good, op, self.op_nest.enclosing(lane, start))
         ann = self.ann.enclosing(lane, start)
-        self.l_start, self.l_lane, self.l_op, self.l_ann = start, lane, op, ann
-        self.l_grid = t.c["grid"] if n else np.zeros((0, 3), np.int64)
-        self.l_block = t.c["block"] if n else np.zeros((0, 3), np.int64)
+        self.l_start, self.l_op, self.l_ann = start, op, ann  # the call's lane is not read again
+        # grid / block of the calls, kept for kernels that carry none (ROCm) only where a call has one
+        grid, block = (t.c["grid"], t.c["block"]) if n else (np.zeros((0, 3), np.int64), np.zeros((0, 3), np.int64))
+        any_dims = bool((grid != -1).any() or (block != -1).any())
+        self.l_grid, self.l_block = (grid, block) if any_dims else (None, None)
         self.l_size = t.c["size"] if n else np.zeros(0, np.int64)
         o = np.argsort(corr, kind="stable")
         self.l_corr_sorted, self.l_corr_rows = corr[o], o
@@ -447,13 +476,15 @@ class ColumnRankImporter(RankImporter):
     def _kernels_t(self, t: Table) -> None:
         t, start, dur = self._timed_t(t, "kernel")
         n = t.n
+        self._drop(t, ("name", "device", "stream", "corr", "ext", "grid", "block"))  # what is read below
         dev, stream, corr, (launch, op, scope, path, phase, step) = self._gpu_links_t(t, start)
-        grid = t.c["grid"].astype(np.int64) if n else np.zeros((0, 3), np.int64)
-        block = t.c["block"].astype(np.int64) if n else np.zeros((0, 3), np.int64)
+        grid = t.c.pop("grid").astype(np.int64, copy=False) if n else np.zeros((0, 3), np.int64)
+        block = t.c.pop("block").astype(np.int64, copy=False) if n else np.zeros((0, 3), np.int64)
         missing = (grid[:, 0] < 0) & (launch >= 0)
         if missing.any():  # ROCm roctracer builds put grid/block on the launch (runtime) event only
-            grid[missing] = self.l_grid[launch[missing]]
-            block[missing] = self.l_block[launch[missing]]
+            grid[missing] = self.l_grid[launch[missing]] if self.l_grid is not None else -1
+            block[missing] = self.l_block[launch[missing]] if self.l_block is not None else -1
+        self.l_grid = self.l_block = None
         names = t.c["name"] if n else np.zeros(0, np.int32)
         self.k_t = t
         self.k_start, self.k_dur, self.k_op = start, dur, op
@@ -468,8 +499,9 @@ class ColumnRankImporter(RankImporter):
         c["dur_ns"] = dur
         c["name"] = self._sid_codes(names)
         for k, col in enumerate("xyz"):
-            c[f"grid_{col}"] = np.ascontiguousarray(grid[:, k]).astype(np.int64)
-            c[f"block_{col}"] = np.ascontiguousarray(block[:, k]).astype(np.int64)
+            c[f"grid_{col}"] = np.ascontiguousarray(grid[:, k])
+            c[f"block_{col}"] = np.ascontiguousarray(block[:, k])
+        del grid, block
         c["correlation"] = corr
         c["launch"] = launch
         c["op"] = op
@@ -505,6 +537,17 @@ class ColumnRankImporter(RankImporter):
         c["phase"] = phase
         c["step"] = step
 
+    def _comm_evidence(self) -> bool:
+        """Whether `_kineto_comm.collectives` may make a row: an op or kernel with collective args, a c10d op, a
+        gloo range, or a communication kernel name anywhere in the trace's names (the kernels are not linked yet).
+        With none it makes no row and reads nothing, so the nesting it would read need not be kept."""
+        return bool(self.op_t.coll or any(t.coll for t in self.g.chunks.get("kernel", ())) or self.c10d_op_names()
+                    or self.gloo_ann_rows() or any(is_comm_kernel_name(v) for v in self.g.names.values))
+
+    def _collectives(self) -> None:
+        if not self.no_comm:
+            super()._collectives()
+
     # -- what _kineto_comm scans for ----------------------------------------------------------------------
     def comm_op_rows(self) -> list[int]:
         return sorted(self.op_t.coll)
@@ -528,16 +571,25 @@ class ColumnRankImporter(RankImporter):
 
 
 # -- reading ----------------------------------------------------------------------------------------------
+def _limits(n: int, where: str, watch) -> None:
+    """The event limits on the elements decoded so far (every element counts, with a "ph" key or not: the byte
+    counter of `watch` sees only the keys): the cap, and for a gzip the events per compressed byte."""
+    check_events(n, where)
+    compressed = getattr(watch, "compressed", None)
+    if compressed is not None:
+        check_density(n, compressed, where)
+
+
 def gather(path: Path, watch, jobs: int) -> tuple[str, Any, Gathered | bytes]:
     """Read and decode the file: ('ok', header Trace, Gathered) or ('fallback', None, b'') when its shape is not
     the streamable one (the caller reads it whole)."""
     g = Gathered()
     head = tail = b""
     shape_array = False
-    stream = ks.pieces(iter(iter_bytes(path, watch=watch)))
+    where = str(path)
+    stream = ks.pieces(iter(iter_bytes(path, watch=watch)), where)
     pending: deque = deque()
     pool = None
-    where = str(path)
 
     try:
         if jobs > 1:
@@ -564,7 +616,7 @@ def gather(path: Path, watch, jobs: int) -> tuple[str, Any, Gathered | bytes]:
             if pool is None:
                 try:
                     g.add(ks.decode_piece(text))
-                    check_events(g.events, where)
+                    _limits(g.events, where, watch)
                     carry, joins = b"", 0
                 except ks.WrongCut:
                     if joins >= ks.MAX_JOINS:
@@ -573,12 +625,12 @@ def gather(path: Path, watch, jobs: int) -> tuple[str, Any, Gathered | bytes]:
                 continue
             pending.append((text, sep, pool.submit(ks.decode_piece, text)))
             while len(pending) > 2 * jobs:
-                if _drain_one(pending, g, where, pool):
+                if _drain_one(pending, g, where, pool, watch):
                     return "fallback", None, b""
         if carry:
             return "fallback", None, b""
         while pending:
-            if _drain_one(pending, g, where, pool):
+            if _drain_one(pending, g, where, pool, watch):
                 return "fallback", None, b""
     finally:
         if pool is not None:
@@ -586,14 +638,14 @@ def gather(path: Path, watch, jobs: int) -> tuple[str, Any, Gathered | bytes]:
     return "ok", ks.decode_header(head, tail, shape_array, where), g
 
 
-def _drain_one(pending: deque, g: Gathered, where: str, pool) -> bytes:
+def _drain_one(pending: deque, g: Gathered, where: str, pool, watch) -> bytes:
     """Add the oldest decoded piece; a wrong cut is decoded again joined with the next piece (in this process)."""
     text, sep, fut = pending.popleft()
     try:
         piece = fut.result()
         WORKER_CPU_S[0] += piece["cpu_s"]
         g.add(piece)
-        check_events(g.events, where)
+        _limits(g.events, where, watch)
         return b""
     except ks.WrongCut:
         for _ in range(ks.MAX_JOINS):
@@ -604,7 +656,7 @@ def _drain_one(pending: deque, g: Gathered, where: str, pool) -> bytes:
             text, sep = text + sep + nxt, sep2
             try:
                 g.add(ks.decode_piece(text))
-                check_events(g.events, where)
+                _limits(g.events, where, watch)
                 return b""
             except ks.WrongCut:
                 continue

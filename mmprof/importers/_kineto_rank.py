@@ -16,6 +16,7 @@ from mmprof.importers._kineto_comm import collectives, is_comm_kernel_name
 from mmprof.importers._nesting import (
     MAX_PATH_DEPTH,
     MAX_TIME_NS,
+    SWEEP_BLOCK,
     Lanes,
     int_array,
     to_int,
@@ -242,6 +243,9 @@ class RankImporter:
         self.gstep_win, self.gphase_win = self._windows(gnames, gstart, gstart + gdur)
         c = self.builder.cols["scopes"]
         m = len(gstart)
+        gpu_source = self.st.id("gpu_user_annotation")  # interned whether or not there are any (the string table)
+        if not m:  # no GPU-side annotations: the CPU columns stay as they are (no copy beside the linking arrays)
+            return
         cat = lambda a, b: np.concatenate([np.asarray(a, np.int64), np.asarray(b, np.int64)])  # noqa: E731
         c["rank"] = cat(c["rank"], np.full(m, self.rank))
         c["tid"] = cat(c["tid"], np.full(m, -1))
@@ -250,7 +254,7 @@ class RankImporter:
         c["start_ns"] = cat(c["start_ns"], gstart)
         c["dur_ns"] = cat(c["dur_ns"], gdur)
         c["name"] = cat(c["name"], self.gann_name)
-        c["source"] = cat(c["source"], np.full(m, self.st.id("gpu_user_annotation")))
+        c["source"] = cat(c["source"], np.full(m, gpu_source))
         c["depth"] = cat(c["depth"], self.gann.depth)
         c["parent"] = cat(c["parent"], np.where(self.gann.parent >= 0, self.gann.parent + off, -1))
 
@@ -262,23 +266,24 @@ class RankImporter:
         name_id = np.array([sid(x) for x in names], dtype=np.int64) if n else np.zeros(0, np.int64)
         path = [""] * n
         phase: list = [None] * n
-        step = np.full(n, -1, np.int64)
-        par = lanes.parent.tolist()
+        step: list = [-1] * n
         own = steps if steps is not None else [step_of(x) for x in names]
-        dep = lanes.depth.tolist()
-        for i in lanes.order.tolist():  # parents come before children in this order
-            p = par[i]
-            nm = names[i]
-            ph = phase_of(nm)
-            sp = own[i]
-            if p >= 0:
-                path[i] = path[p] + " > " + nm if dep[i] < MAX_PATH_DEPTH else path[p]  # bounded
-                phase[i] = phase[p] or ph  # the outermost label that names a phase
-                step[i] = sp if sp >= 0 else step[p]
-            else:
-                path[i] = nm
-                phase[i] = ph
-                step[i] = sp
+        # in blocks of the order (parents come before children in it), so that the Python ints of the order, parent
+        # and depth columns exist for one block at a time, not for every annotation at once
+        for a in range(0, n, SWEEP_BLOCK):
+            ob = lanes.order[a:a + SWEEP_BLOCK]
+            for i, p, d in zip(ob.tolist(), lanes.parent[ob].tolist(), lanes.depth[ob].tolist()):
+                nm = names[i]
+                ph = phase_of(nm)
+                sp = own[i]
+                if p >= 0:
+                    path[i] = path[p] + " > " + nm if d < MAX_PATH_DEPTH else path[p]  # bounded
+                    phase[i] = phase[p] or ph  # the outermost label that names a phase
+                    step[i] = sp if sp >= 0 else step[p]
+                else:
+                    path[i] = nm
+                    phase[i] = ph
+                    step[i] = sp
         path_id = np.array([sid(x) for x in path], dtype=np.int64) if n else np.zeros(0, np.int64)
         phase_id = np.array([sid(x) for x in phase], dtype=np.int64) if n else np.zeros(0, np.int64)
         return name_id, path_id, phase_id, np.array(step, dtype=np.int64)

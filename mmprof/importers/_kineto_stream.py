@@ -46,6 +46,7 @@ PIECE_BYTES = 2 << 20        # events text per piece (a piece's Structs live onl
 HEAD_LIMIT = 256 << 20       # the top-level "traceEvents" key must come within this many bytes
 TAIL_LIMIT = 1 << 20         # the text after the array's "]" (traceName, displayTimeUnit, ...) is at most this
 MAX_JOINS = 8                # wrong cuts joined with the next piece before the text is called invalid JSON
+NO_BOUND_LIMIT = 8 * PIECE_BYTES  # event text without one `},{` between events: bare values, not events
 
 KINDS: dict[str, frozenset] = {"kernel": frozenset(KERNEL_CATS), "runtime": frozenset(RUNTIME_CATS),
                                "op": frozenset(OP_CATS), "ann": frozenset(ANN_CATS),
@@ -70,37 +71,98 @@ class WrongCut(Exception):
 
 
 # -- cutting --------------------------------------------------------------------------------------------------
-def _head(buf: bytes) -> tuple[str, int]:
-    """('array', offset after '['), ('object', offset after the traceEvents '['), ('more', 0) when the key is not
-    read yet, or ('fallback', 0) when the document is not of the streamable shape."""
-    s = buf.lstrip()
-    lead = len(buf) - len(s)
-    if s[:1] == b"[":
-        return "array", lead + 1
-    if s[:1] != b"{":
-        return "fallback", 0
-    depth, pos = 0, lead
-    while True:
-        m = _TOKEN.search(buf, pos)
-        if m is None:
-            return "more", 0
-        tok, pos = m.group(0), m.end()
-        if tok in (b"{", b"["):
-            depth += 1
-        elif tok in (b"}", b"]"):
-            depth -= 1
-            if depth <= 0:
-                return "fallback", 0
-        elif depth == 1 and tok == b'"traceEvents"':
-            rest = buf[pos:pos + 64].lstrip()
-            if not rest or (rest[:1] == b":" and not rest[1:].lstrip()):
+class _HeadScan:
+    """Finds the top-level `"traceEvents": [` in a growing buffer, scanning each byte once (strings skipped whole).
+
+    `feed(buf)` returns ('array', offset after '['), ('object', offset after the traceEvents '['), ('more', 0) when
+    the key is not read yet, or ('fallback', 0) when the document is not of the streamable shape. A header field
+    before the array (deviceProperties, distributedInfo, ...) of more than HEADER_MAX_BYTES of JSON is refused as
+    the whole-document path refuses it, while it is read: no header field of a real trace is that large."""
+
+    _FIRST = re.compile(rb"[^ \t\r\n]")
+    _NEXT = re.compile(rb'["{}\[\]]')
+    _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.pos = -1      # next byte to scan; -1 before the first non-blank byte is seen
+        self.depth = 0
+        self.key = ""      # the last key read at depth 1
+        self.value_at = -1  # where the depth-1 value being read (an object, an array or a string) began
+
+    def _too_big(self) -> BadInput:
+        from mmprof.importers._chrome import HEADER_MAX_BYTES
+
+        return BadInput(f"{self.where}: the header field {self.key!r} holds more than {HEADER_MAX_BYTES:,} bytes of "
+                        f"JSON (a trace's header fields hold a few KB): not a PyTorch profiler (Kineto) trace")
+
+    def feed(self, buf) -> tuple[str, int]:
+        from mmprof.importers._chrome import HEADER_MAX_BYTES
+
+        if self.pos < 0:
+            first = self._FIRST.search(buf)
+            if first is None:
                 return "more", 0
-            if rest[:1] != b":":
-                continue  # a string value equal to "traceEvents"
-            after = rest[1:].lstrip()
-            if after[:1] != b"[":
+            lead = first.start()
+            if buf[lead] == 0x5B:  # [
+                return "array", lead + 1
+            if buf[lead] != 0x7B:  # {
                 return "fallback", 0
-            return "object", pos + buf[pos:].index(b"[") + 1
+            self.pos = lead
+        while True:
+            m = self._NEXT.search(buf, self.pos)
+            at = len(buf) if m is None else m.start()
+            if self.value_at >= 0 and at - self.value_at > HEADER_MAX_BYTES:  # refused while it is read
+                raise self._too_big()
+            if m is None:
+                self.pos = len(buf)
+                return "more", 0
+            if buf[at] == 0x22:  # a string: whole, or wait for its end
+                sm = self._STRING.match(buf, at)
+                if sm is None:
+                    if self.depth == 1 and self.value_at < 0:
+                        self.value_at = at  # a key or a string value still being read counts against the limit
+                    if self.value_at >= 0 and len(buf) - self.value_at > HEADER_MAX_BYTES:
+                        raise self._too_big()
+                    self.pos = at
+                    return "more", 0
+                end = sm.end()
+                if self.depth == 1:
+                    rest = bytes(buf[end:end + 64]).lstrip()
+                    if not rest:
+                        self.pos = at
+                        return "more", 0
+                    if rest[:1] == b":":  # a key
+                        self.value_at = -1
+                        self.key = bytes(buf[at + 1:end - 1]).decode("utf-8", "replace")[:60]
+                        if sm.group(0) == b'"traceEvents"':
+                            after = rest[1:].lstrip()
+                            if not after:
+                                self.pos = at
+                                return "more", 0
+                            if after[:1] != b"[":
+                                return "fallback", 0
+                            return "object", end + bytes(buf[end:]).index(b"[") + 1
+                    elif end - at > HEADER_MAX_BYTES:
+                        raise self._too_big()
+                    else:
+                        self.value_at = -1
+                self.pos = end
+                continue
+            tok = buf[at]
+            self.pos = at + 1
+            if tok in (0x7B, 0x5B):  # { [
+                if self.depth == 1:
+                    self.value_at = at
+                self.depth += 1
+            else:
+                self.depth -= 1
+                if self.depth <= 0:
+                    return "fallback", 0
+                if self.depth == 1:
+                    if self.pos - self.value_at > HEADER_MAX_BYTES:
+                        raise self._too_big()
+                    self.value_at = -1
 
 
 def _tail_ok(tail: bytes, shape: str) -> bool:
@@ -116,26 +178,31 @@ def _tail_ok(tail: bytes, shape: str) -> bool:
     return True
 
 
-def pieces(chunks: Iterator[bytes]) -> Iterator[tuple[str, bytes]]:
+def pieces(chunks: Iterator[bytes], where: str = "trace") -> Iterator[tuple[str, bytes]]:
     """('head', bytes), ('events', (text of whole events, the separator after it)), ..., ('tail', bytes); or
     ('fallback', b'') when the document is not of the streamable shape."""
-    buf = b""
-    shape = "more"
+    head = bytearray()  # grows in place: each byte is copied and scanned once
+    scan = _HeadScan(where)
+    shape, off = "more", 0
     for chunk in chunks:
-        buf += chunk
-        shape, off = _head(buf)
-        if shape != "more" or len(buf) > HEAD_LIMIT:
+        head += chunk
+        shape, off = scan.feed(head)
+        if shape != "more" or len(head) > HEAD_LIMIT:
             break
     if shape in ("more", "fallback"):
         yield "fallback", b""
         return
-    yield "head", buf[:off - 1]
-    buf = buf[off:]
+    yield "head", bytes(head[:off - 1])
+    buf = bytes(head[off:])
+    del head
     for chunk in chunks:
         buf += chunk
         while len(buf) >= 2 * PIECE_BYTES:
             m = _BOUND.search(buf, PIECE_BYTES)
             if m is None:
+                if len(buf) > NO_BOUND_LIMIT:  # no `},{` in this much text: not an array of events; the
+                    yield "fallback", b""   # whole-document path counts its elements in windows and says why
+                    return
                 break
             yield "events", (buf[:m.start() + 1], buf[m.start() + 1:m.end() - 1])
             buf = buf[m.end() - 1:]
@@ -152,6 +219,9 @@ def pieces(chunks: Iterator[bytes]) -> Iterator[tuple[str, bytes]]:
     while len(body) > 2 * PIECE_BYTES:  # the text read after the last cut, in pieces of their own
         m = _BOUND.search(body, PIECE_BYTES)
         if m is None:
+            if len(body) > NO_BOUND_LIMIT:
+                yield "fallback", b""
+                return
             break
         yield "events", (body[:m.start() + 1], body[m.start() + 1:m.end() - 1])
         body = body[m.end() - 1:]

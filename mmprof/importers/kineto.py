@@ -263,6 +263,9 @@ def _finish(b, trace, path: Path, r: int, dist: dict, warnings: list[str]) -> Pr
     builder = b.builder
     builder.meta = meta
     b.__dict__.clear()  # the linking arrays (lanes, joins, columns) go before the Profile is built beside them
+    from mmprof.importers._kineto_columns import release_memory
+
+    release_memory()
     return builder.build()
 
 

@@ -31,6 +31,7 @@ _MOE_CHILD = ("experts", "router", "fused_moe", "shared_experts")
 _NOT_MOE = ("causal_lm", "model", "decoder_layer")  # kinds that hold MoE blocks, never are one
 _MODEL_ROLES = ("embed", "lm_head", "final_norm", "sampler", "rope")
 _KEEP = ("moe.routed", "moe.shared", "attn.indexer", "lm_head", "embed", "sampler")
+_OVERRIDES_KEEP = ("moe.routed", "moe.shared", "moe.router", "attn.indexer")   # roles a nested module still takes
 
 
 @dataclass
@@ -145,8 +146,9 @@ def _module_region(tree: ModuleTree, chain: list[str]) -> Region | None:
             r = "moe.routed"
         else:
             r = rules.context_role(kind, parent_kind)
-        # a module inside experts / the shared expert / the indexer keeps that role (their linears, norms)
-        if r is not None and not (role in _KEEP and r not in ("moe.routed", "moe.shared", "attn.indexer")):
+        # a module inside experts / the shared expert / the indexer keeps that role (their linears, norms); the
+        # router vLLM's fused-MoE runner calls inside itself (rules/roles.toml) is the router
+        if r is not None and not (role in _KEEP and r not in _OVERRIDES_KEEP):
             role = r
         parent_kind = kind
     if role is None:

@@ -62,6 +62,7 @@ class Context:
     model: Any = None  # the --model ModelSpec, when given: what the model has (experts, shared expert, indexer)
     engine: Any = None  # mmprof.analysis.shapes.engines.EngineGuess: the engine and platform that wrote the trace
     log: Any = None  # mmprof.analysis.logs.join.LogReport: the engine log's facts and their kernels (None: no log)
+    op_names: frozenset = frozenset()  # the distinct CPU op names of the profile (engine custom ops among them)
 
 
 def dispatch_frame(profile: Any) -> Any:
@@ -191,6 +192,10 @@ def model_has(ctx: Context, part: str) -> tuple[bool | None, str]:
                 return "sparse" in sparse, "the profile's model config"
             if any(k in m for k in ("sparse_attention_config", "index_topk", "index_topk_blocks", "index_n_heads")):
                 return True, "the profile's model config"
+    if part == "shared_expert":
+        has, src = _shared_expert_from_ops(ctx)
+        if has is not None:
+            return has, src
     ev = ctx.events
     if len(ev) and "label_source" in ev:
         layered = (ev["layer"] >= 0).to_numpy(dtype=bool)
@@ -206,6 +211,28 @@ def model_has(ctx: Context, part: str) -> tuple[bool | None, str]:
                            f"{' or '.join(MOE_FAMILIES)})")
         if part == "indexer" and any(r.startswith("attn.") for r in roles) and "attn.indexer" not in roles:
             return (None, "") if _indexer_kernels(ev) else (False, src)
+    return None, ""
+
+
+# vLLM 0.26 runs a FusedMoE layer through one of two custom ops, chosen when the layer is built
+# (model_executor/layers/fused_moe/runner/moe_runner.py `_select_forward`): `vllm::moe_forward` when the layer has
+# no shared experts (`self._shared_experts is None`), `vllm::moe_forward_shared` when it has. On ROCm with AITER's
+# fused shared experts the model passes shared_experts=None and appends them as expert slots
+# (models/deepseek_v2.py `is_fusion_moe_shared_experts_enabled`), so `moe_forward` alone says "no shared expert"
+# only on CUDA.
+_MOE_OP_PLAIN = "vllm::moe_forward"
+_MOE_OP_SHARED = "vllm::moe_forward_shared"
+
+
+def _shared_expert_from_ops(ctx: Context) -> tuple[bool | None, str]:
+    """Whether the model has a shared expert, from vLLM's MoE custom ops; (None, "") when they do not say."""
+    ops = ctx.op_names
+    if _MOE_OP_SHARED in ops:
+        return True, f"vLLM's MoE custom op ({_MOE_OP_SHARED})"
+    platform = getattr(ctx.engine, "platform", None)
+    if _MOE_OP_PLAIN in ops and platform == "cuda":
+        return False, (f"vLLM's MoE custom op: {_MOE_OP_PLAIN}, never {_MOE_OP_SHARED} (vLLM picks the shared op "
+                       "whenever a MoE layer has shared experts)")
     return None, ""
 
 

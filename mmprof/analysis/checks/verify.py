@@ -130,6 +130,14 @@ def _op_column(profile: Any, frame: Any, col: str) -> Any:
     return out
 
 
+def _op_names(profile: Any) -> frozenset:
+    """The distinct CPU op names (each string id decoded once)."""
+    if not profile.n("ops"):
+        return frozenset()
+    codes = np.unique(np.asarray(profile.tables["ops"]["name"]))
+    return frozenset(s for s in (profile.string(int(c)) for c in codes if c >= 0) if isinstance(s, str))
+
+
 def model_layers(model: Any, meta: dict[str, Any], events: Any) -> tuple[int, str] | None:
     """(number of layers, where it comes from): the --model config, the profile's model config, else the layers
     the profile's structure shows (the highest layer index + 1). None when nothing says."""
@@ -208,7 +216,7 @@ def verify(profile: Any, spec: Spec | None = None, rules: Any = None, sparse_lay
     ctx = Context(events=events, dispatch=dispatch_frame(profile), source=frame.source, meta=profile.meta,
                   sparse_layers=sparse_layers if sparse_layers is not None else spec.sparse_layers,
                   moe_layers=moe_layers if moe_layers is not None else spec.moe_layers, phase_source=phase_source,
-                  step_source=step_source, model=model, engine=engine, log=log)
+                  step_source=step_source, model=model, engine=engine, log=log, op_names=_op_names(profile))
     results = [run_check(code, ctx) for code in spec.checks]
     if log is not None:  # the engine's log: judged against the kernels whenever the profile holds one
         results.append(run_check("LG002", ctx))
