@@ -178,6 +178,7 @@ def trim_profile(doc: dict, windows: list[tuple[int, int]]) -> dict:
     by_kernel, by_op = _via(co["kernel"], keep["kernels"]), _via(co["op"], keep["ops"])
     keep["collectives"] = np.where(co["kernel"] >= 0, by_kernel, np.where(co["op"] >= 0, by_op, by_step(co)))
     keep["dispatch"] = step_kept(t["dispatch"]["step"])
+    keep["log"] = np.ones(n["log"], dtype=bool)  # the engine's log is of the whole run, not of a step: kept whole
     # a kept row never points at a dropped one: an op's parent, a kernel's op (captured or eager) all lie earlier
     for name, cols in TABLES.items():
         for c, ct, _ in cols:

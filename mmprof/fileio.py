@@ -428,6 +428,32 @@ def head_bytes(path: str | os.PathLike, n: int = 4096) -> bytes:
     return data.removeprefix(UTF8_BOM)
 
 
+def stream_chunks(path: str | os.PathLike, chunk: int = 2**20) -> Iterator[bytes]:
+    """The (decompressed) content in chunks, for inputs read as a stream (an engine's log: memory stays bounded
+    whatever its size): a regular file only, gzip / xz by content, at most `max_input_bytes()` bytes; errors are
+    one BadInput line."""
+    p = Path(path)
+    limit, kind, n = max_input_bytes(), None, 0
+    try:
+        with open_input(p) as raw:
+            kind = _compressed(raw.read(6))
+            raw.seek(0)
+            f = _decompressor(raw, kind) if kind else raw
+            with contextlib.closing(f):
+                while True:
+                    b = f.read(chunk)
+                    if not b:
+                        return
+                    n += len(b)
+                    if limit is not None and n > limit:
+                        raise _too_big(p, limit, kind is not None)
+                    yield b
+    except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
+        if kind:
+            raise BadInput(f"{p}: truncated or corrupt {kind} ({e}); re-copy the file") from None
+        raise BadInput(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+
+
 def read_toml(path: str | os.PathLike, what: str) -> dict:
     """A TOML file as a dict; a missing file or bad TOML is a one-line BadInput naming `what` it should be."""
     try:

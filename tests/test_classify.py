@@ -258,7 +258,8 @@ def test_classify_cli_lists_the_registry(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert e.value.code == 0
     assert len(doc["rules"]) == len(load_rules()) and doc["rules"][0]["id"] == load_rules().rules[0].id
-    assert [c["code"] for c in doc["checks"]] == [f"FP00{i}" for i in range(10)] + [f"SH00{i}" for i in range(1, 10)]
+    assert [c["code"] for c in doc["checks"]] == ([f"FP00{i}" for i in range(10)] + ["LG001", "LG002"]
+                                                  + [f"SH00{i}" for i in range(1, 10)])
 
 
 def test_classify_cli_errors(capsys, tmp_path):

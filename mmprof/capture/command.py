@@ -1,5 +1,6 @@
-"""Run a command unchanged: inherited stdio, signals forwarded, its exit code returned (`mmprof record` and the
-external-tool backends). A command that does not stop after a stop signal is ended, in bounded time."""
+"""Run a command unchanged: inherited stdio (or its stdout / stderr passed through an `OutputCapture`, which keeps
+them as the run's log), signals forwarded, its exit code returned (`mmprof record` and the external-tool backends).
+A command that does not stop after a stop signal is ended, in bounded time."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ STOP_GRACE_S = 15.0  # after a stop signal: how long the command gets before SIG
 
 
 def run_command(cmd: list[str], env: dict[str, str] | None = None, stop_grace_s: float = STOP_GRACE_S,
-                say=None) -> int:
+                say=None, output=None) -> int:
     """Run `cmd` with inherited stdio; forward SIGINT/SIGTERM/SIGHUP; return its exit code (128+N on signal N).
+
+    With `output` (a `mmprof.capture.output.OutputCapture`) its stdout and stderr are the capture's ends (a
+    pseudo-terminal where ours is a terminal, else a pipe; a closed one stays closed), forwarded to ours unchanged.
 
     When stdin is a terminal the command stays in our process group (so it can read the terminal and gets
     Ctrl-C from it directly) and SIGTERM/SIGHUP are forwarded to it; otherwise it runs in its own process
@@ -31,14 +35,29 @@ def run_command(cmd: list[str], env: dict[str, str] | None = None, stop_grace_s:
     if not cmd:
         raise BadInput("no command given: use `mmprof record [OPTIONS] -- CMD ARGS...`")
     interactive = _isatty(sys.stdin)
+    fds = output.open() if output is not None else {}
+    closed = closed_at_start()  # mmprof started with them closed: the command must see them closed too
+
+    def preexec() -> None:
+        for fd in closed:
+            try:
+                os.close(fd)  # whatever mmprof opened since may have taken the number
+            except OSError:
+                pass
+        _die_with_parent()
+
     try:
-        proc = subprocess.Popen(cmd, env=env, process_group=None if interactive else 0, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(cmd, env=env, process_group=None if interactive else 0, preexec_fn=preexec,
+                                stdout=fds.get("stdout"), stderr=fds.get("stderr"))
     except FileNotFoundError:
         raise BadInput(f"{cmd[0]}: command not found") from None
     except PermissionError:
         raise BadInput(f"{cmd[0]}: permission denied") from None
     except OSError as e:
         raise BadInput(f"{cmd[0]}: cannot run it ({e.strerror or e})") from None
+    finally:
+        if output is not None:
+            output.started()  # our copies of the command's ends closed; forwarding starts (even for no process)
 
     done = threading.Event()
     hurry = threading.Event()
@@ -138,6 +157,12 @@ def _die_with_parent() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
     except Exception:  # not Linux: the forwarding above still covers SIGTERM / SIGINT / SIGHUP
         pass
+
+
+def closed_at_start() -> list[int]:
+    """The standard output / error fds that were closed when mmprof started (Python then sets sys.__stdout__ /
+    sys.__stderr__ to None): a later open() may reuse the number, but the command must still find them closed."""
+    return [fd for fd, f in ((1, sys.__stdout__), (2, sys.__stderr__)) if f is None]
 
 
 def _isatty(f) -> bool:

@@ -6,7 +6,8 @@ runs the start-up hook, which captures the process with a `CaptureSession` once 
 stdin/stdout/stderr are inherited (never captured) and its exit code is returned. Afterwards `collect` reads the
 per-process meta files and the `.partial` markers that crashed processes left behind, and `build_profile`
 imports each process's trace with the Kineto importer and merges them into one multi-rank Profile whose meta
-says which ranks are complete, partial or missing.
+says which ranks are complete, partial or missing. The command's stdout and stderr pass through unchanged and are
+kept as the Profile's log (`capture/output.py`, docs/logs.md; `--no-log`: inherited, not kept).
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ from typing import Any
 
 from mmprof.capture import backends
 from mmprof.capture.command import run_command
+from mmprof.capture.output import OutputCapture
 from mmprof.capture.session import DEFAULT_STEP_MARKERS, MODES, TRACE_SUFFIX
 from mmprof.capture.tracefiles import combine_traces, read_trace, salvage_trace
 from mmprof.errors import BadInput, CaptureUnavailable, MmprofError
 from mmprof.fileio import note_input
 from mmprof.fileout import check_output
 from mmprof.importers import import_paths
+from mmprof.log_rules import load_log_rules
+from mmprof.log_text import LIMIT_BYTES
 from mmprof.labels import MAX_RANK
 from mmprof.profiles.io import save_profile
 from mmprof.profiles.profile import merge_profiles
@@ -52,6 +56,8 @@ class RecordOptions:
     stop_grace_s: float = 15.0      # after a stop signal: seconds before the command gets SIGTERM, then SIGKILL
     flush_every: int | None = None  # write a segment every N steps, so a process that dies keeps its earlier steps
     modules: bool = True            # a range per nn.Module call, named by the module's path (structure of any model)
+    log: bool = True                # keep the command's stdout / stderr as the Profile's log (passed through unchanged)
+    log_limit: int = LIMIT_BYTES    # the log's size bound: head, tail and the lines the log rules want
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -64,6 +70,8 @@ class RecordOptions:
             raise BadInput("--skip needs --steps (the window is: skip M steps, then capture N)")
         if self.flush_every is not None and self.flush_every < 1:
             raise BadInput("--flush-every must be at least 1")
+        if self.log_limit < 4096:
+            raise BadInput("--log-limit must be at least 4 KiB")
         for name, v in (("--grace", self.grace_s), ("--stop-grace", self.stop_grace_s)):
             if not (v >= 0 and v < float("inf")):  # also refuses NaN
                 raise BadInput(f"{name} must be a number of seconds, 0 or more (not {v})")
@@ -127,6 +135,7 @@ class RecordResult:
     processes: list[ProcessCapture] = field(default_factory=list)
     forked_not_captured: int = 0
     warnings: list[str] = field(default_factory=list)
+    log: dict[str, Any] | None = None   # the command's output kept as the log: per stream lines, bytes, kept, dropped
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -542,12 +551,21 @@ def record(cmd: list[str], out: str | os.PathLike | None, *, backend: str = "tor
     check_output(out_path)  # before the command runs: a bad -o is refused now, not after an hour's run
     ours = _ours(prepare_trace_dir(tdir))
     env = build_env(tdir, opts)
-    result.exit_code = run_command(cmd, env, stop_grace_s=opts.stop_grace_s, say=say)
-    wait_for_stragglers(tdir, opts.grace_s, ours)
+    rules = load_log_rules() if opts.log else None
+    output = OutputCapture(opts.log_limit, rules.anchors, rules.wanted) if rules is not None else None
+    try:
+        result.exit_code = run_command(cmd, env, stop_grace_s=opts.stop_grace_s, say=say, output=output)
+        wait_for_stragglers(tdir, opts.grace_s, ours)
+    finally:
+        if output is not None:
+            output.drain(1.0)  # what the command's last writers still had in flight
+            output.restore()
     procs, forked, warns = collect(tdir, ours)
     result.forked_not_captured = forked
     result.warnings.extend(warns)
     profile = build_profile(procs, result, progress)
+    if output is not None:
+        profile, result.log = output.attach(profile, result.warnings)
     if progress is not None:
         progress(f"writing {out_path}", len(procs), len(procs) + 1)
     save_profile(profile, out_path)

@@ -277,7 +277,7 @@ def _finish_stdout(code: int) -> int:
         sys.stdout.flush()
     except OSError as e:
         return _stdout_closed(e)
-    except ValueError:  # stdout closed by the caller
+    except (ValueError, AttributeError):  # stdout closed by the caller (None: closed before mmprof started)
         pass
     return code
 

@@ -156,6 +156,22 @@ def add_to_store(store: str, profile, name: str, **overrides):
     return add_profile(store, profile, name, overrides)
 
 
+log_option = click.option(
+    "--log", "log_file", metavar="FILE", type=click.Path(dir_okay=False),
+    help="The engine's log of this run (its stdout / stderr saved to a file; gzip or xz read too): what it says it "
+         "chose (backends, tuned or default configs, graph / compile mode, fallbacks) is read as facts and judged "
+         "beside the kernels (docs/logs.md). Replaces a log the profile holds; `mmprof record` keeps one itself.")
+
+
+def with_log_file(profile, log_file: str | None):
+    """The profile with the --log FILE's lines as its log (unchanged without --log)."""
+    if log_file is None:
+        return profile
+    from mmprof.importers.logs import attach_log_file  # see load_ref
+
+    return attach_log_file(profile, log_file)
+
+
 def load_ref(graph_ref: str | None):
     """The --graph-ref profile (or trace), or None."""
     # imported here, not at the top: commands that read no trace (rules, --help) never load pandas/numpy

@@ -6,7 +6,8 @@ import time
 
 import click
 
-from mmprof.cli._common import RANK, add_to_store, console, echo_json, graph_ref_option, json_option, load_ref, store_option
+from mmprof.cli._common import (RANK, add_to_store, console, echo_json, graph_ref_option, json_option, load_ref,
+                                log_option, store_option, with_log_file)
 from mmprof.cli._provenance import apply_provenance, provenance_option, read_provenance
 from mmprof.errors import BadInput
 from mmprof.importers import IMPORTERS, import_paths
@@ -26,13 +27,15 @@ from mmprof.render.text.progress import progress_bar
               help="The files are ranks of one run even though their tools, devices, world sizes or clocks differ.")
 @graph_ref_option
 @provenance_option
+@log_option
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Processes importing rank files side by side [default: one per 256 MB of JSON, at most one per "
                    "file and per usable core; 1 below that]; each holds one file's import at a time.")
 @store_option
 @json_option
 def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str | None, one_run: bool,
-               graph_ref: str | None, inductor_provenance: tuple[str, ...], jobs: int | None, store: str | None,
+               graph_ref: str | None, inductor_provenance: tuple[str, ...], log_file: str | None, jobs: int | None,
+               store: str | None,
                as_json: bool) -> None:
     """Import TRACE files or directories (one file per rank) into one Profile written to OUT."""
     if fmt is not None and fmt not in IMPORTERS:
@@ -51,6 +54,7 @@ def import_cmd(traces: tuple[str, ...], output: str, rank: int | None, fmt: str 
         profile = import_paths(list(traces), rank=rank, fmt=fmt, graph_ref=load_ref(graph_ref), one_run=one_run,
                                jobs=jobs, progress=per_file if cb else None)
         apply_provenance(profile, prov)
+        profile = with_log_file(profile, log_file)
         t1 = time.perf_counter()
         if cb:
             cb(f"writing {output}", files[0], files[0] + 1)

@@ -9,6 +9,7 @@ from mmprof.capture.record import record as do_record
 from mmprof.capture.session import DEFAULT_STEP_MARKERS
 from mmprof.cli._common import Real, add_to_store, console, count, echo_json, store_option
 from mmprof.errors import BadInput
+from mmprof.fileio import parse_size
 from mmprof.render.text.progress import progress_bar
 from mmprof.render.text.record import render_record
 
@@ -36,6 +37,12 @@ from mmprof.render.text.record import render_record
 @click.option("--start", type=click.Choice(["auto", "import", "gpu"]), default="auto", show_default=True,
               help="When each process starts capturing: at `import torch`, or when it first initialises the GPU "
                    "(auto: gpu on GPU builds of torch, import otherwise).")
+@click.option("--no-log", is_flag=True,
+              help="Do not keep the command's stdout / stderr as the Profile's log (by default they pass through "
+                   "unchanged, on a pseudo-terminal where mmprof's own are terminals, and are kept, size-bounded, "
+                   "timestamped, per process: docs/logs.md); with it the command inherits mmprof's stdio as is.")
+@click.option("--log-limit", default="4MiB", show_default=True, metavar="SIZE",
+              help="Size bound of the kept log: its head and tail, plus the lines the log rules recognise in between.")
 @click.option("--trace-dir", default=None, help="Where per-process traces go (default: OUT's name + .traces).")
 @click.option("--grace", type=Real(0), default=10.0, show_default=True,
               help="Seconds to wait for workers that outlive the command to finish writing.")
@@ -47,11 +54,12 @@ from mmprof.render.text.record import render_record
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def record(ctx, out, backend, steps, skip, markers, flush_every, light, kernels_only, cpu_only, no_modules, start,
-           trace_dir, grace, stop_grace, as_json, store, cmd):
+           no_log, log_limit, trace_dir, grace, stop_grace, as_json, store, cmd):
     """Run CMD unchanged and capture every Python process it starts (torchrun ranks, spawn workers).
 
-    Its output and exit code pass through; the per-rank traces are merged into one Profile at OUT, and
-    ranks that are missing or did not finish are reported on stderr.
+    Its output and exit code pass through; the per-rank traces are merged into one Profile at OUT, with the
+    command's stdout / stderr kept as the run's log, and ranks that are missing or did not finish are reported
+    on stderr.
 
     Example: mmprof record -o m3.json.gz -- torchrun --nproc-per-node 8 serve_bench.py
     """
@@ -61,7 +69,8 @@ def record(ctx, out, backend, steps, skip, markers, flush_every, light, kernels_
     opts = RecordOptions(mode="kernels" if kernels_only else "light" if light else "full", steps=steps, skip=skip,
                          step_markers=tuple(markers) or DEFAULT_STEP_MARKERS,
                          activities="cpu" if cpu_only else "auto", start=start, grace_s=grace,
-                         stop_grace_s=stop_grace, flush_every=flush_every, modules=not no_modules)
+                         stop_grace_s=stop_grace, flush_every=flush_every, modules=not no_modules, log=not no_log,
+                         log_limit=parse_size(log_limit, "--log-limit"))
     # a failure raises an MmprofError: the command (if it ran) already printed its output; main() prints one line
     with progress_bar() as cb:  # starts after the command: only the import and merge show a bar
         result, profile = do_record(list(cmd), out, backend=backend, opts=opts, trace_dir=trace_dir, progress=cb,

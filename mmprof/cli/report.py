@@ -6,7 +6,8 @@ import click
 
 from mmprof.analysis.views.by_shape import by_shape
 from mmprof.analysis.views.report import build_report
-from mmprof.cli._common import RANK, console, echo_json, graph_ref_option, json_option, load_any, verdict, write_text
+from mmprof.cli._common import (RANK, console, echo_json, graph_ref_option, json_option, load_any, log_option,
+                                verdict, with_log_file, write_text)
 from mmprof.cli._options import model_options, shape_regions
 from mmprof.cli._provenance import apply_provenance, provenance_option, read_provenance
 from mmprof.errors import BadInput
@@ -33,17 +34,18 @@ from mmprof.render.text.report import render_report
 @model_options
 @provenance_option
 @graph_ref_option
+@log_option
 @click.pass_context
 def report(ctx: click.Context, profile: str, as_json: bool, phase: str | None, rank: int | None, top: int | None,
            by_shape_: bool, markdown_file: str | None, html_file: str | None, check: bool, model: str | None, tp: int | None,
-           ep: int, inductor_provenance: tuple[str, ...], graph_ref: str | None) -> None:
+           ep: int, inductor_provenance: tuple[str, ...], graph_ref: str | None, log_file: str | None) -> None:
     """Per phase and rank: where the wall time went (compute-bound, memory-bound, communication, memcpy,
     launch-bound idle), top kernels with their roofline bound and efficiency, and a one-line bottleneck; on a
     multi-rank profile the imbalance verdict per phase (see `mmprof ranks`)."""
     if by_shape_ and (markdown_file or html_file):
         raise BadInput("--by-shape writes no Markdown or HTML: use --json for the whole table")
     prov = read_provenance(inductor_provenance)
-    prof = load_any(profile, graph_ref)
+    prof = with_log_file(load_any(profile, graph_ref), log_file)
     apply_provenance(prof, prov)
     regions = shape_regions(prof, model, tp, ep)
     if by_shape_:

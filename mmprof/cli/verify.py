@@ -16,7 +16,8 @@ from mmprof.analysis.attribution.classify import load_rules
 from mmprof.capture.workflows.run_options import validate
 from mmprof.analysis.shapes.engines import engine_of
 from mmprof.analysis.shapes.trace_tp import check_tp
-from mmprof.cli._common import console, echo_json, graph_ref_option, json_option, junit_on_error, load_any, verdict, write_text
+from mmprof.cli._common import (console, echo_json, graph_ref_option, json_option, junit_on_error, load_any,
+                                log_option, verdict, with_log_file, write_text)
 from mmprof.cli._options import model_options, run_options, shape_regions, workload_options
 from mmprof.analysis.shapes.shape_match import match_profile
 from mmprof.errors import BadInput
@@ -47,6 +48,7 @@ MIN_MODEL_FIT = 0.5  # a --model whose shapes explain fewer of the trace's GEMMs
               help="Run the reference runtime first (with the run options below, full capture) and verify that run.")
 @model_options
 @graph_ref_option
+@log_option
 @workload_options
 @click.option("-o", "--output", default=None, help="With --run: also save the run's Profile here.")
 @json_option
@@ -54,8 +56,8 @@ MIN_MODEL_FIT = 0.5  # a --model whose shapes explain fewer of the trace's GEMMs
 def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | None, rules_paths: tuple[str, ...],
                     junit_path: str | None, markdown_file: str | None, html_file: str | None,
                     sparse_layers: int | None, verbose: bool, do_run: bool, output: str | None,
-                    model: str | None, tp: int | None, ep: int, graph_ref: str | None, as_json: bool,
-                    **run_opts) -> None:
+                    model: str | None, tp: int | None, ep: int, graph_ref: str | None, log_file: str | None,
+                    as_json: bool, **run_opts) -> None:
     """Check which kernel variants dispatched in each op region against a spec (CI gate).
 
     PROFILE is an mmprof profile or a raw trace (Kineto, rocprofv3, nsys), imported on the fly. With --run
@@ -64,9 +66,9 @@ def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | No
     annotations or module events is labelled by matching its GEMMs with the model's per-rank shapes.
     """
     # --junit on every exit path: the CLI's one error path writes an <error> case (bad input, internal error)
-    junit_on_error(junit_path, profile, (profile, spec_path, *rules_paths))
+    junit_on_error(junit_path, profile, (profile, spec_path, log_file, *rules_paths))
     result, prof = _verify(profile, spec_path, rules_paths, sparse_layers, do_run, output, model, tp, ep,
-                           graph_ref, as_json, run_opts)
+                           graph_ref, as_json, run_opts, log_file)
     if junit_path:
         write_junit(result, junit_path)
     if markdown_file:
@@ -89,7 +91,7 @@ def verify_fastpath(ctx: click.Context, profile: str | None, spec_path: str | No
 
 
 def _verify(profile, spec_path, rules_paths, sparse_layers, do_run, output, model, tp, ep, graph_ref, as_json,
-            run_opts):
+            run_opts, log_file=None):
     if (profile is None) == (not do_run):
         raise BadInput("give a PROFILE (an mmprof profile or a trace) or --run (run the reference runtime first), "
                        "not both" if do_run else
@@ -101,6 +103,7 @@ def _verify(profile, spec_path, rules_paths, sparse_layers, do_run, output, mode
         profile = output or f"mmprof run ({run_opts['preset']})"
     else:
         prof = load_any(profile, graph_ref)
+    prof = with_log_file(prof, log_file)
     regions, model_spec, warnings = _model_regions(prof, model, tp, ep)
     return verify(prof, spec, rules=rules, sparse_layers=sparse_layers, profile_name=str(profile),
                   shape_regions=regions, model=model_spec, warnings=warnings, engine=engine_of(prof)), prof

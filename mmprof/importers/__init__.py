@@ -16,6 +16,8 @@ from mmprof.fileio import head_bytes, note_input, regular_file, sqlite_connect
 from mmprof.importers._runs import different_runs, rank_facts
 from mmprof.importers.graph_replays import attribute_replays, unmarked_replays
 from mmprof.labels import MAX_RANK
+from mmprof.log_rules import load_log_rules
+from mmprof.log_text import clean
 from mmprof.profiles.profile import Profile, merge_profiles
 
 # format name -> module implementing load(files, rank)
@@ -73,8 +75,26 @@ def detect(path: str | os.PathLike) -> str:
     if b"Name" in first_line and b"Calls" in first_line and b"TotalDurationNs" in first_line:
         raise UnsupportedFormat(f"{p}: a rocprof statistics summary (per-kernel totals, no timeline); "
                                 "import the kernel trace instead")
+    engine = log_engine(text)
+    if engine:
+        raise UnsupportedFormat(f"{p}: an engine log ({engine}), not a profiler trace; give it beside the trace "
+                                f"with --log {p} (docs/logs.md)")
     raise BadInput(f"{p}: not a recognised profiler file (expected a PyTorch/Kineto trace, rocprofv3 "
                    "rocpd/CSV/JSON, or an Nsight Systems SQLite export)")
+
+
+def log_engine(head: bytes) -> str | None:
+    """The engine whose log format most of the first lines have (vLLM, SGLang, ...), or None."""
+    lines = [ln for ln in head.decode("utf-8", "replace").splitlines()[:40] if ln.strip()]
+    if not lines:
+        return None
+    rules = load_log_rules()
+    seen = [rules.parse(clean(ln)).format for ln in lines]
+    known = [f for f in seen if f is not None]
+    if len(known) * 2 < len(lines):
+        return None
+    top = max(set(known), key=known.count)
+    return next((f.engine for f in rules.formats if f.id == top), top)
 
 
 def non_trace_csv(header: bytes | str) -> str | None:

@@ -224,7 +224,7 @@ def from_dict(doc: Any, where: str = "profile") -> Profile:
     return Profile(meta, strings, tables)
 
 
-_META_OBJECTS = ("source", "parallel", "clock", "model", "run", "capture", "distributed")
+_META_OBJECTS = ("source", "parallel", "clock", "model", "run", "capture", "distributed", "log")
 
 
 def check_meta(meta: Any, where: str) -> None:

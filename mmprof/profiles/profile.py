@@ -216,7 +216,8 @@ class Profile:
             return sorted(set(listed))
         seen: set[int] = set()
         for t in TABLES:
-            seen.update(np.unique(self.tables[t]["rank"]).tolist())
+            if t != "log":  # a log line is printed by a process, not an event of a rank (rank -1: no rank)
+                seen.update(np.unique(self.tables[t]["rank"]).tolist())
         return sorted(seen)
 
     def rank_meta(self, rank: int) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FORMAT_NAME = "mmprof-profile"
 # Every start_ns lies in [-MAX_TIME_NS, MAX_TIME_NS] and every dur_ns in [0, MAX_TIME_NS] (4e18 ns: year 2096 on the
 # Unix epoch), so that start + dur and every sort key fit int64; ranks lie in [0, MAX_RANK].
@@ -134,6 +134,21 @@ TABLES: dict[str, list[tuple[str, str, str]]] = {
         ("reason", "str", "why it fell back, when impl != requested; else null"),
         ("scope", "str", "the scope label of the region"),
     ],
+    "log": [
+        ("rank", "int", "the rank of the process that printed it, when known (its pid is a captured rank's); -1 "
+                        "for the launcher, the front end or a process of no rank"),
+        ("pid", "int", "the printing process: from the engine's own prefix (vLLM `(EngineCore pid=123)`), else -1"),
+        ("process", "str", "the engine's name of that process (EngineCore, Worker_TP0, TP0, ...), or null"),
+        ("stream", "str", "stdout or stderr (captured by `mmprof record`), or file (read with --log)"),
+        ("line", "int", "line number in its stream or file, from 1 (lines dropped by the size bound are counted)"),
+        ("time_ns", "int", "wall-clock time the line was received (Unix epoch, ns; `mmprof record`); -1 unknown"),
+        ("stamp", "str", "the time the engine printed in the line, as printed (vLLM: 12-01 10:23:49), or null"),
+        ("level", "str", "log level the line names (INFO, WARNING, ...), or null"),
+        ("format", "str", "which log format the line was read as (rules/logs.toml [[format]] id: vllm, sglang, "
+                          "flashinfer, aiter, python, ...), or null for plain text"),
+        ("where", "str", "the source location the line names (fused_moe.py:1108), or null"),
+        ("text", "str", "the message: escape sequences removed, otherwise as printed (renderers make it inert)"),
+    ],
 }
 
 INT_TYPES = ("int",)
@@ -216,6 +231,27 @@ META_SCHEMA: dict[str, Any] = {
         "capture": {"type": ["object", "null"], "description": "capture mode (full/light), dilation, tool settings"},
         "run": {"type": ["object", "null"], "description": "the reference runtime's workload, switches and timings"},
         "warnings": {"type": "array", "items": {"type": "string"}},
+        "log": {
+            "type": ["object", "null"],
+            "description": "where the `log` table's lines came from and what the size bound dropped",
+            "properties": {
+                "sources": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "stream": {"type": "string", "description": "stdout, stderr or file"},
+                            "file": {"type": ["string", "null"]},
+                            "lines": {"type": "integer", "description": "lines read"},
+                            "bytes": {"type": "integer", "description": "bytes read"},
+                            "kept": {"type": "integer", "description": "lines kept in the table"},
+                            "dropped": {"type": "integer", "description": "lines dropped by the size bound"},
+                        },
+                    },
+                },
+                "limit_bytes": {"type": "integer", "description": "the size bound: head, tail and matching lines"},
+            },
+        },
     },
 }
 
@@ -272,5 +308,11 @@ def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 adds the `log` table (the engine's log lines: docs/logs.md). A version-2 file has no log: the table
+    reads as empty."""
+    return doc
+
+
 # version -> function(doc) -> doc of version + 1
-MIGRATIONS: dict[int, Any] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Any] = {1: _v1_to_v2, 2: _v2_to_v3}

@@ -181,9 +181,10 @@ findings. `mmprof/rules/checks.toml` is the machine-readable source; `mmprof rul
 the two in sync. Each code is one check, named after what a pass means. FP000-FP004 run as built-in checks
 (select them with `checks = [...]` in a spec); FP005-FP009 are the codes spec assertions report under
 (`max_launches` -> FP005, `forbid_pattern` -> FP006, `require` -> FP007, `dispatch` -> FP008, `forbid` ->
-FP009). SH codes are the findings of `mmprof shapes`. **Evidence** says what a check needs to pass: without it a
-check is NO EVIDENCE or NOT APPLICABLE, never a pass. **Formerly** records a renamed check or a code that took
-over part of another's meaning (docs/fastpath.md, "Migration").
+FP009). LG codes judge the engine's own log (docs/logs.md): `kind = "log"` assertions report under LG001, and
+LG002 runs whenever the profile holds a log. SH codes are the findings of `mmprof shapes`. **Evidence** says what a
+check needs to pass: without it a check is NO EVIDENCE or NOT APPLICABLE, never a pass. **Formerly** records a
+renamed check or a code that took over part of another's meaning (docs/fastpath.md, "Migration").
 """
 
 

@@ -35,7 +35,7 @@ def evaluate(a: Assertion, ctx: Context) -> CheckResult:
         return na
     phases = phases_present(ctx.events) if a.kind != "dispatch" else \
         sorted({str(p) for p in ctx.dispatch["phase"].dropna().unique()}) if len(ctx.dispatch) else []
-    if a.phase or len(phases) < 2 or a.kind == "forbid_pattern":
+    if a.phase or len(phases) < 2 or a.kind in ("forbid_pattern", "log"):  # a log fact is of the run, not a phase
         r = fn(a, ctx)
         if ctx.step_source not in (None, "markers") and a.kind in ("require", "max_launches"):
             r.message += f" (steps: {ctx.step_source})"
@@ -56,6 +56,8 @@ def judged_from(a: Assertion, ctx: Context) -> str:
     from plus the kernels' classes, and where the steps and phases came from when the profile does not carry them."""
     if a.kind == "dispatch":
         return "dispatch log"
+    if a.kind == "log":
+        return "the engine's log (rules/logs.toml) and the kernels each fact concerns"
     parts = []
     if a.region and "*" not in a.region:
         ev = ctx.events

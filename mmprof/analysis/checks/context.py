@@ -61,6 +61,7 @@ class Context:
     step_source: str | None = None   # where the steps come from (checks.steps.infer_steps); None: no steps known
     model: Any = None  # the --model ModelSpec, when given: what the model has (experts, shared expert, indexer)
     engine: Any = None  # mmprof.analysis.shapes.engines.EngineGuess: the engine and platform that wrote the trace
+    log: Any = None  # mmprof.analysis.logs.join.LogReport: the engine log's facts and their kernels (None: no log)
     op_names: frozenset = frozenset()  # the distinct CPU op names of the profile (engine custom ops among them)
 
 

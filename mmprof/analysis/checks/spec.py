@@ -8,6 +8,7 @@ Assertion kinds (docs/fastpath.md has the full reference; each kind has a code i
     max_launches    at most `max` events per rank, step and layer in the region (FP005)
     forbid_pattern  no device event whose name matches `pattern`, anywhere (FP006)
     dispatch        the dispatch log must show implementation `impl` for op `op` (FP008)
+    log             the engine's log must state a fact, or must not (log_query.py; LG001)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mmprof.analysis.checks.log_query import LOG_KEYS, LogQuery, parse_log_query
 from mmprof.analysis.checks.selectors import bounded_search, compile_bounded, nearest_names
 from mmprof.errors import BadInput
 from mmprof.fileio import read_toml
@@ -31,12 +33,13 @@ BUILTIN_SPEC = RULES_DIR / "builtin_fastpath.toml"  # the reference runtime (it 
 GENERIC_SPEC = RULES_DIR / "builtin_fastpath_generic.toml"  # any other runtime
 # each assertion kind reports under a code of its own (rules/checks.toml; until 2026-12 require and dispatch shared
 # FP003 with the built-in check and forbid shared FP004: docs/fastpath.md "Migration")
-KINDS = {"require": "FP007", "forbid": "FP009", "max_launches": "FP005", "forbid_pattern": "FP006", "dispatch": "FP008"}
+KINDS = {"require": "FP007", "forbid": "FP009", "max_launches": "FP005", "forbid_pattern": "FP006", "dispatch": "FP008",
+         "log": "LG001"}
 BUILTIN_CHECKS = ("FP000", "FP001", "FP002", "FP003", "FP004")
 PHASES = ("prefill", "decode", "mixed")  # mixed: an engine step with prefill and decode requests (engine steps)
 _ASSERT_KEYS = {"id", "kind", "code", "description", "region", "phase", "layers", "family", "variant", "library",
                 "path", "name", "every_layer", "min_time_share", "min_step_share", "max", "pattern", "op", "impl",
-                "within"}
+                "within"} | LOG_KEYS
 _SPEC_KEYS = {"id", "description", "checks", "sparse_layers", "moe_layers", "example", "device"}
 
 
@@ -147,6 +150,7 @@ class Assertion:
     op: str | None = None
     impl: tuple[str, ...] = ()
     within: tuple[str, ...] = ()
+    log: LogQuery | None = None  # kind = "log": the facts of the engine's log it names
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "code": self.code, "description": self.description,
@@ -155,7 +159,7 @@ class Assertion:
                 "selector": self.selector.describe(), "every_layer": self.every_layer,
                 "min_time_share": self.min_time_share, "min_step_share": self.min_step_share, "max": self.max,
                 "pattern": self.pattern, "op": self.op,
-                "impl": list(self.impl)}
+                "impl": list(self.impl), **({"log": self.log.to_dict()} if self.log else {})}
 
 
 @dataclass
@@ -213,7 +217,8 @@ def _parse_assertion(raw: Any, where: str, seen: set[str]) -> Assertion:
                   every_layer=bool(raw.get("every_layer", True)), min_time_share=raw.get("min_time_share"),
                   min_step_share=float(raw.get("min_step_share", 1.0)), max=raw.get("max"),
                   pattern=raw.get("pattern"), op=raw.get("op"),
-                  impl=tuple(_as_list(raw.get("impl"), w, "impl")), within=tuple(_as_list(raw.get("within"), w, "within")))
+                  impl=tuple(_as_list(raw.get("impl"), w, "impl")), within=tuple(_as_list(raw.get("within"), w, "within")),
+                  log=parse_log_query(raw, kind, w))
     if a.phase not in (None, *PHASES):
         raise BadInput(f"{w}: phase {a.phase[:40]!r} is not a phase ({nearest_names(a.phase, PHASES)}; phases are "
                        f"{', '.join(PHASES)})")

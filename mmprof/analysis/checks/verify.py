@@ -11,12 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from mmprof.analysis.checks import assertions, fastpath  # noqa: F401 (registers the FP implementations)
+from mmprof.analysis.checks import assertions, fastpath, log_checks  # noqa: F401 (registers the implementations)
 from mmprof.analysis.checks.context import LABEL_SOURCE, MAX_EVIDENCE, CheckResult, Context, dispatch_frame
 from mmprof.analysis.checks.steps import infer_phases, infer_steps
 from mmprof.analysis.checks.registry import implementation, info
 from mmprof.analysis.checks.selectors import validate_spec
 from mmprof.analysis.checks.spec import Spec, default_spec
+from mmprof.analysis.logs.join import LogReport, log_report
 from mmprof.analysis.timeline.events import events_of
 from mmprof.analysis.timeline.window import serving
 from mmprof.errors import BadInput
@@ -50,6 +51,7 @@ class VerifyResult:
     regions: list[RegionSummary]
     profile: str | None = None
     warnings: list[str] = field(default_factory=list)  # input that does not fit: said before the verdict
+    log: LogReport | None = None  # the engine log's facts with the kernels they concern (None: no log)
 
     @property
     def exit_code(self) -> int:
@@ -76,7 +78,7 @@ class VerifyResult:
                 "exit_code": self.exit_code, "source": self.source, "events": self.events,
                 "attributed": self.attributed, "counts": self.counts(),
                 "results": [r.to_dict() for r in self.results], "regions": [g.to_dict() for g in self.regions],
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "log": self.log.to_dict() if self.log else None}
 
 
 def region_summaries(events: Any, top: int = 6) -> list[RegionSummary]:
@@ -213,14 +215,18 @@ def verify(profile: Any, spec: Spec | None = None, rules: Any = None, sparse_lay
     events, step_source, emb_of = infer_steps(profile, events)
     events, phase_source = infer_phases(profile, events, emb_of)
     validate_layers(spec, model_layers(model, profile.meta, events))
+    log = log_report(profile, events) if profile.n("log") else None
     ctx = Context(events=events, dispatch=dispatch_frame(profile), source=frame.source, meta=profile.meta,
                   sparse_layers=sparse_layers if sparse_layers is not None else spec.sparse_layers,
                   moe_layers=moe_layers if moe_layers is not None else spec.moe_layers, phase_source=phase_source,
-                  step_source=step_source, model=model, engine=engine, op_names=_op_names(profile))
+                  step_source=step_source, model=model, engine=engine, log=log, op_names=_op_names(profile))
     results = [run_check(code, ctx) for code in spec.checks]
+    if log is not None:  # the engine's log: judged against the kernels whenever the profile holds one
+        results.append(run_check("LG002", ctx))
     results += [assertions.evaluate(a, ctx) for a in spec.assertions]
+    log_checks.cite_log(results, spec.assertions, log)
     return VerifyResult(spec_id=spec.id, spec_source=spec.source, source=frame.source, events=len(events),
                         attributed=int(events["region"].notna().sum()) if len(events) else 0,
                         results=results, regions=region_summaries(events), profile=profile_name,
                         warnings=list(warnings or []) + ([part_note] if part_note else [])
-                        + spec_warnings(spec, profile, frame.source))
+                        + spec_warnings(spec, profile, frame.source), log=log)

@@ -111,12 +111,14 @@ class Report:
     graphs: GraphSummary | None = None
     ranks: Any = None                  # RanksResult on a multi-rank profile (`mmprof ranks`), else None
     engine: dict[str, str] = field(default_factory=dict)  # phase -> its engine steps, in words (serving traces)
+    log: Any = None                    # mmprof.analysis.logs.join.LogReport: the engine log's facts (None: no log)
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "devices": self.devices, "phases": [p.to_dict() for p in self.phases],
                 "per_rank": [p.to_dict() for p in self.per_rank], "checks": self.checks, "notes": self.notes,
                 "warnings": self.warnings, "graphs": self.graphs.to_dict() if self.graphs else None,
-                "ranks": self.ranks.summary() if self.ranks else None, "engine_steps": self.engine}
+                "ranks": self.ranks.summary() if self.ranks else None, "engine_steps": self.engine,
+                "log": self.log.to_dict() if self.log is not None else None}
 
 
 def engine_statement(phase: str, br: Breakdown, steps: int = 0, graph_share: float | None = None,
@@ -228,23 +230,24 @@ def _top_kernels(profile, ev: EventFrame, m: np.ndarray, n: int = TOP_KERNELS) -
     return out
 
 
-def _checks(profile, shape_regions=None) -> dict[str, Any]:
-    """The built-in fast-path checks (`mmprof.analysis.checks.verify` with the default spec), summarised.
+def _checks(profile, shape_regions=None) -> tuple[dict[str, Any], Any]:
+    """The built-in fast-path checks (`mmprof.analysis.checks.verify` with the default spec), summarised, and the
+    engine log's facts with their kernels (the verification reads them; None without a log).
 
     A check with nothing to judge stays "no evidence".
     """
     try:
         res = verify(profile, shape_regions=shape_regions)
     except MmprofError as e:
-        return {"available": True, "summary": f"checks: could not run ({e})"}
+        return {"available": True, "summary": f"checks: could not run ({e})"}, None
     counts = res.counts()
     failing = [f"{r.code} {r.message}" for r in res.results if r.status == "fail"]
     summary = (f"checks ({res.spec_id}): {counts['pass']} pass, {counts['fail']} fail, "
                f"{counts['no_evidence']} no evidence")
     if failing:
         summary += "; failing: " + "; ".join(failing[:3]) + (" ..." if len(failing) > 3 else "")
-    return {"available": True, "summary": summary, "status": res.status, "counts": counts,
-            "results": [{"code": r.code, "status": r.status, "message": r.message} for r in res.results]}
+    return ({"available": True, "summary": summary, "status": res.status, "counts": counts,
+             "results": [{"code": r.code, "status": r.status, "message": r.message} for r in res.results]}, res.log)
 
 
 def build_report(profile, phase: str | None = None, rank: int | None = None, top: int = TOP_KERNELS,
@@ -289,6 +292,7 @@ def build_report(profile, phase: str | None = None, rank: int | None = None, top
     # the profiler's own cost on what this report calls host time (docs/glossary.md "host time")
     caveats = trace_caveats(profiler_settings(profile, ev))
     caveats += [CLEANER] if caveats else []
-    return Report(ev.source, devices, agg, per_rank, _checks(profile, shape_regions), notes,
+    checks, log = _checks(profile, shape_regions)
+    return Report(ev.source, devices, agg, per_rank, checks, notes,
                   list(dict.fromkeys(tl.warnings + la.warnings + caveats)), graph_summary(profile, ev, rank), across,
-                  engine={k: v for k, v in engine.items() if v != "no engine steps"})
+                  engine={k: v for k, v in engine.items() if v != "no engine steps"}, log=log)

@@ -24,4 +24,9 @@ def render_record(result, con) -> None:
     con.print(fit_table(con, cols, rows, title=f"mmprof record: {result.backend}, {result.mode} capture"))
     for w in result.warnings:
         con.print(f"[yellow]warning:[/] {markup(w)}")
+    log = getattr(result, "log", None)
+    if log:
+        parts = [f"{s['stream']} {s['lines']:,} lines" + (f" ({s['dropped']:,} dropped by the size bound)"
+                                                           if s.get("dropped") else "") for s in log["streams"]]
+        con.print(f"log: kept {log['kept']:,} lines of the command's output ({markup(', '.join(parts) or 'none')})")
     con.print(f"wrote {markup(result.out)} (command exit code {result.exit_code})")

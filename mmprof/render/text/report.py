@@ -10,6 +10,7 @@ from __future__ import annotations
 from mmprof.analysis.timeline.breakdown import CATEGORIES, ENGINE_CATEGORIES, LABELS
 from mmprof.render.safe import markup
 from mmprof.render.text.layout import Col, fit_table
+from mmprof.render.text.logs import render_log
 from mmprof.render.text.ranks import render_verdicts
 from mmprof.units import fmt_ns, fmt_pct, fmt_si
 
@@ -59,6 +60,9 @@ def render_report(report, console) -> None:
         console.print()
         console.print("[bold]across ranks[/bold] (mmprof ranks has the details):")
         render_verdicts(report.ranks, console)
+    if getattr(report, "log", None) is not None and report.log.present:
+        console.print()
+        render_log(report.log, console, "engine log (what the engine said it chose; the kernels and time each concerns)")
     console.print()
     console.print(markup(report.checks.get("summary", "checks: not available")))
     for w in report.warnings:

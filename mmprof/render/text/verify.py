@@ -7,6 +7,7 @@ from rich.text import Text
 from mmprof.names import display_name
 from mmprof.render.safe import markup, visible
 from mmprof.render.text.layout import Col, fit_table
+from mmprof.render.text.logs import render_log
 from mmprof.units import fmt_ms
 
 _STYLE = {"pass": ("PASS", "green"), "fail": ("FAIL", "red"), "no_evidence": ("NO EVIDENCE", "yellow"),
@@ -35,6 +36,7 @@ def render_verify(result, con, verbose: bool = False, junit_path: str | None = N
                              str(v["library"]), f"{v['count']:,}", fmt_ms(v["time_ns"]), f"{100 * v['share']:.0f}%"])
             sections.append(len(rows) - 1)
         con.print(fit_table(con, cols, rows, title="what ran per region (top variants by time)", sections=sections))
+    render_log(getattr(result, "log", None), con)
     cols = [Col("code", keep=10), Col("assertion", keep=8, fold=True, min=12), Col("result", keep=10),
             Col("detail", keep=10, fold=True, min=24)]
     rows = []

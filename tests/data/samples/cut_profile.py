@@ -33,6 +33,9 @@ def cut(p: Profile, lo_s: float, hi_s: float | None = None) -> Profile:
     for t in TABLES:
         cols = p.tables[t]
         n = p.n(t)
+        if t == "log":  # the engine's log is of the whole run, not of a time window: kept whole
+            keep[t] = np.ones(n, bool)
+            continue
         if n == 0 or "start_ns" not in cols:
             keep[t] = np.zeros(n, bool)
             continue
