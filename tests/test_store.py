@@ -97,13 +97,15 @@ def test_step_times_match_the_timeline(tmp_path):
 
 
 def test_new_schema_tables_flow_through(tmp_path, monkeypatch):
-    """A table added to the Profile schema (issue 34 adds a log table) is stored and queryable with no store code."""
-    monkeypatch.setitem(TABLES, "log", [("rank", "int", "rank"), ("start_ns", "int", "t"), ("text", "str", "line")])
+    """A table added to the Profile schema (as issue 34 added `log`) is stored and queryable with no store code: a
+    table the schema does not have yet, added here."""
+    assert "probe" not in TABLES
+    monkeypatch.setitem(TABLES, "probe", [("rank", "int", "rank"), ("start_ns", "int", "t"), ("text", "str", "line")])
     p = _run(1)
-    p.tables["log"] = {"rank": np.array([0, 1, 1]), "start_ns": np.array([5, 6, 7]),
-                       "text": np.array([0, 1, -1], dtype=np.int32)}
+    p.tables["probe"] = {"rank": np.array([0, 1, 1]), "start_ns": np.array([5, 6, 7]),
+                         "text": np.array([0, 1, -1], dtype=np.int32)}
     add_profile(tmp_path / "st", p, "p")
-    got = run_sql(connect(tmp_path / "st"), "SELECT rank, start_ns, text FROM log ORDER BY start_ns").rows
+    got = run_sql(connect(tmp_path / "st"), "SELECT rank, start_ns, text FROM probe ORDER BY start_ns").rows
     assert got == [(0, 5, p.strings[0]), (1, 6, p.strings[1]), (1, 7, None)]
 
 
