@@ -7,7 +7,7 @@ Truth for vLLM (0.26, the engine that wrote tests/data/samples/vllm/): `Worker.a
 tokens and M/G the decode (generation) ones, as `compute_iteration_details` (vllm/v1/utils.py) counts them; the
 sampler (`sample_tokens`) is a separate call, outside the range. The committed vLLM traces are excerpts of the real
 runs (tests/data/samples/vllm/README.md, cut by tests/data/samples/derive.py): the first 3 (eager) and 4 (graphs)
-of the 34 engine steps, every event of those steps copied as it was; the full files are in /work/shared/samples/vllm
+of the 34 engine steps, every event of those steps copied as it was; the full files are in ../shared/samples/vllm
 and in git history at 01f295c. SGLang: `build_step_span_name`
 (python/sglang/srt/utils/profile_utils.py). TensorRT-LLM: `PyExecutor._forward_step`'s nvtx_range
 (tensorrt_llm/_torch/pyexecutor/py_executor.py). Every expected number on the real traces below is recounted from

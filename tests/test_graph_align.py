@@ -6,7 +6,7 @@ engine start, before the window; every decode step is one FULL replay of 133 ker
 `eager_break_during_capture` runs the op inside the capture, vllm/compilation/breakable_cudagraph.py); the prefill
 and the mixed step ran eagerly, with module events. The committed file is an excerpt (tests/data/samples/derive.py):
 the first 4 of the run's 34 engine steps, the prefill, the mixed step and 2 decode steps (2 replays; the full run
-had 31, /work/shared/samples/vllm and git history at 01f295c). Synthetic variants of it: tests/graph_variants.py.
+had 31, ../shared/samples/vllm and git history at 01f295c). Synthetic variants of it: tests/graph_variants.py.
 
 The truth each test compares with comes from the raw JSON, not from mmprof: the replays' kernels by the
 cudaGraphLaunch correlation, and the layer of each replayed kernel from vLLM's code (MiniMaxM3DecoderLayer.forward
@@ -63,7 +63,7 @@ def _wrong_layers(p, ev, k) -> list[tuple[str, str, int]]:
 def test_sample_is_an_excerpt_of_the_shared_file():
     # the copy in tests/data is derive.py's excerpt of vLLM's output (tests/data/samples/README.md): cutting it again
     # at the same step keeps every event (nothing outside the first 4 steps, every GPU event has its launch), and
-    # where the full file is at hand (/work/shared/samples) the excerpt is exactly what derive.py makes of it
+    # where the full file is at hand (../shared/samples) the excerpt is exactly what derive.py makes of it
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("derive", data_file("samples", "derive.py"))
