@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,7 @@ def test_a_dense_eager_run_states_no_moe_no_capture_no_fallback():
 def test_the_logs_keep_no_path_of_the_recording_machine():
     for p in DATA.glob("*.log"):
         text = p.read_text()
-        assert "/work/" not in text and "/tmp/" not in text, p.name
+        assert not re.search(r"/(?:work|tmp)/", text), p.name  # the recording machine's checkout and scratch
         json.dumps(text)  # plain text
 
 

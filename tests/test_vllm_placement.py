@@ -271,7 +271,7 @@ def test_order_places_a_compiled_dense_layer():
 
 
 def test_order_finds_a_compiled_layers_unnamed_norms():
-    # vLLM's compiled Llama (benchmarks/h200/vllm_configs/llama_dense, /work/data/gpu2 llama_graphs_b8, step 0):
+    # vLLM's compiled Llama (benchmarks/h200/vllm_configs/llama_dense, the H200 recording of 2026-12-02, llama_graphs_b8, step 0):
     # only the first norm (Inductor's `..._embedding_rms_norm_0`, the embedding fused in) and the attention op's
     # kernels are placed; the later decoder norms (`triton_per_fused_fused_add_rms_norm_N`, family reduction) are
     # norms by their op names only (a hint). LlamaDecoderLayer.forward (llama.py) runs input_layernorm, self_attn,
